@@ -1,0 +1,377 @@
+"""The command line: parses, loads the project, calls a loop, shows the result, leaves with DESIGN's exit codes."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import shutil
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from .config import Goal, Project, build_goal, goal_from_file, load_goal, load_project
+from .errors import ConfigError, RunnerError
+
+T = TypeVar("T")
+EXIT = {
+    "achieved": 0,
+    "satisfied": 0,
+    "not_achieved": 1,
+    "tampered": 1,
+    "rejected": 1,
+    "stuck": 1,
+    "error": 3,
+    "cancelled": 130,
+    "interrupted": 130,
+    "awaiting_approval": 130,
+}
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn a RunnerError into its message and exit code; no traceback for anything the user can fix."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except ConfigError as exc:
+            for problem in exc.problems:
+                click.echo(problem, err=True)
+            sys.exit(exc.exit_code)
+        except RunnerError as exc:
+            fail(str(exc), exc.exit_code)
+
+    return wrapper
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine; SIGINT and SIGTERM cancel it, so it can record `cancelled` and kill its processes."""
+
+    async def main() -> T:
+        task = asyncio.ensure_future(coro)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        return await task
+
+    return asyncio.run(main())
+
+
+def project_of(ctx: click.Context) -> Project:
+    return load_project(ctx.obj)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "-C",
+    "--project",
+    "project_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Project folder (default: found upwards from here).",
+)
+@click.version_option(package_name="runner")
+@click.pass_context
+def main(ctx: click.Context, project_dir: Path | None) -> None:
+    """runner: LLM agents in three loops - work (ReAct), verify (acceptance checks), schedule (daemon)."""
+    ctx.obj = project_dir
+
+
+@main.command()
+@click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
+def init(directory: Path) -> None:
+    """Write the project layout with a working example goal and its verifier."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for source in sorted(TEMPLATES.rglob("*")):
+        target = directory / source.relative_to(TEMPLATES)
+        if source.is_dir() or "__pycache__" in source.parts:
+            continue
+        if target.exists():
+            click.echo(f"kept {target} (exists)")
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        written.append(target)
+    for path in written:
+        click.echo(f"wrote {path}")
+    click.echo(f"Run the example offline: cd {directory} && runner goal haiku")
+
+
+def overrides(model: str | None, max_steps: int | None, max_attempts: int | None, workdir: str | None) -> dict:
+    out: dict[str, Any] = {}
+    if model:
+        out["model"] = {"name": model}
+    if max_steps:
+        out["limits"] = {"max_steps": max_steps}
+    if max_attempts:
+        out["verify"] = {"max_attempts": max_attempts}
+    if workdir:
+        out["workdir"] = workdir
+    return out
+
+
+@main.command()
+@click.argument("name", required=False)
+@click.option("-p", "--prompt", help="An inline goal: the task.")
+@click.option("-c", "--check", "checks", multiple=True, help="Inline goal: a check command (repeatable).")
+@click.option("-n", "attempts", type=click.IntRange(1), help="Inline goal: max attempts.")
+@click.option("--model", help="Model name (overrides the goal and runner.yaml).")
+@click.option("--max-steps", type=click.IntRange(1))
+@click.option("--max-attempts", type=click.IntRange(1))
+@click.option("--workdir", help="Working directory, relative to the project root.")
+@click.option("--checks-first", is_flag=True, default=None, help="Run the checks first; all pass -> satisfied.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the outcome line.")
+@click.pass_context
+@reports_errors
+def goal(
+    ctx: click.Context,
+    name: str | None,
+    prompt: str | None,
+    checks: tuple[str, ...],
+    attempts: int | None,
+    model: str | None,
+    max_steps: int | None,
+    max_attempts: int | None,
+    workdir: str | None,
+    checks_first: bool | None,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Run one goal once (NAME or FILE, or an inline -p PROMPT): work + verify."""
+    project = project_of(ctx)
+    extra = overrides(model, max_steps, max_attempts or attempts, workdir)
+    if prompt is not None and name is not None:
+        raise ConfigError("give a goal NAME or an inline -p PROMPT, not both")
+    if prompt is not None:
+        data = {"prompt": prompt, "verify": {"checks": [{"name": c, "run": c} for c in checks]}}
+        the_goal = build_goal(project, data, default_name="inline", source="<inline>", overrides=extra)
+    elif name is not None:
+        if checks or attempts:
+            raise ConfigError("-c and -n go with an inline goal (-p PROMPT); use --max-attempts for a goal file")
+        the_goal = load_goal(project, name, extra)
+    else:
+        raise ConfigError("give a goal NAME or FILE, or an inline goal with -p PROMPT (see runner goal --help)")
+    result = execute(project, the_goal, checks_first, as_json, quiet)
+    sys.exit(EXIT.get(result["outcome"], 3))
+
+
+def execute(project: Project, the_goal: Goal, checks_first: bool | None, as_json: bool, quiet: bool) -> dict:
+    from .checks import StoreApprover, TerminalApprover
+    from .display import Display, outcome_line
+    from .store import Store
+    from .verify import run_goal
+    from .work import ignore
+
+    store = Store(project.state)
+    interactive = sys.stdin.isatty() and not as_json
+    approver = TerminalApprover() if interactive else StoreApprover(store)
+    observer = ignore if (as_json or quiet) else Display()
+    result = run_async(run_goal(the_goal, store, observe=observer, approver=approver, checks_first=checks_first))
+    data = result.to_json()
+    if as_json:
+        click.echo(json.dumps(data))
+    else:
+        click.echo(outcome_line(data))
+        if not quiet:
+            if result.error:
+                click.echo(f"  {result.error}")
+            if result.final_message:
+                click.echo(f"  final message: {result.final_message.strip()[:500]}")
+            click.echo(f"  run {result.run_id} (runner show {result.run_id})")
+    return data
+
+
+@main.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@reports_errors
+def check(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Run a goal's checks alone, with no work; exit 0 when all pass."""
+    from .checks import CheckContext, TerminalApprover, run_checks
+    from .display import Display
+    from .model import Model
+
+    project = project_of(ctx)
+    the_goal = load_goal(project, name)
+    display = Display()
+
+    async def checks() -> list:
+        judge = None
+        if any(c.kind == "judge" for c in the_goal.verify.checks):
+            judge = Model.open(the_goal.judge_model or the_goal.model, project.root)
+        approver = TerminalApprover() if sys.stdin.isatty() else None
+        context = CheckContext(the_goal, "check", 0, judge, approver)
+        try:
+            return await run_checks(
+                context,
+                the_goal.verify.checks,
+                on_result=None if as_json else lambda _, r: display("check", r.record()),
+            )
+        finally:
+            if judge is not None:
+                await judge.aclose()
+
+    results = run_async(checks())
+    passed = all(r.passed for r in results)
+    if as_json:
+        click.echo(json.dumps({"goal": the_goal.name, "passed": passed, "checks": [r.record() for r in results]}))
+    else:
+        click.echo(f"{sum(r.passed for r in results)}/{len(results)} checks pass")
+    sys.exit(0 if passed else 1)
+
+
+@main.command()
+@click.pass_context
+def validate(ctx: click.Context) -> None:
+    """Validate runner.yaml, every goal and every schedule file."""
+    from .triggers import load_schedules
+
+    problems: list[str] = []
+    try:
+        project = project_of(ctx)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            click.echo(problem, err=True)
+        sys.exit(2)
+    goals = {}
+    for path in project.goal_files():
+        try:
+            the_goal = goal_from_file(project, path)
+            goals[the_goal.name] = the_goal
+        except ConfigError as exc:
+            problems += exc.problems
+    entries = []
+    try:
+        entries = load_schedules(project, goals, set(goals) | {p.stem for p in project.goal_files()})
+    except ConfigError as exc:
+        problems += exc.problems
+    for problem in problems:
+        click.echo(problem, err=True)
+    if problems:
+        sys.exit(2)
+    click.echo(f"valid: {len(goals)} goal(s), {len(entries)} schedule entr{'y' if len(entries) == 1 else 'ies'}")
+
+
+@main.command()
+@click.option("--goal", "goal_name", help="Only this goal's runs.")
+@click.option("--limit", type=click.IntRange(1), help="Only the last N runs.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@reports_errors
+def runs(ctx: click.Context, goal_name: str | None, limit: int | None, as_json: bool) -> None:
+    """The history of runs, oldest first."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .store import RUN_FIELDS, Store
+
+    store = Store(project_of(ctx).state)
+    store.mark_interrupted()
+    rows = store.runs(goal_name, limit)
+    if as_json:
+        click.echo(json.dumps([{k: row[k] for k in RUN_FIELDS} for row in rows]))
+        return
+    table = Table("run", "goal", "trigger", "outcome", "attempts", "steps", "tokens", "started")
+    for row in rows:
+        table.add_row(
+            row["run_id"],
+            row["goal"],
+            row["trigger"],
+            row["outcome"],
+            str(row["attempts"]),
+            str(row["steps"]),
+            str(row["tokens"]),
+            row["started"][:19].replace("T", " "),
+        )
+    Console().print(table)
+
+
+@main.command()
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@reports_errors
+def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """One run: its outcome, checks, usage and transcript."""
+    from .store import Store
+
+    store = Store(project_of(ctx).state)
+    store.mark_interrupted()
+    run = store.run(run_id)
+    path = store.transcript_path(run["id"])
+    events = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
+    if as_json:
+        click.echo(json.dumps({**run, "transcript": events}, default=str))
+        return
+    click.echo(f"run {run['id']}  goal {run['goal']}  trigger {run['trigger']}  outcome {run['outcome']}")
+    click.echo(
+        f"attempts {run['attempts']}  steps {run['steps']}  tokens {run['tokens']}  "
+        f"started {run['started']}  ended {run['ended'] or '-'}"
+    )
+    if run["error"]:
+        click.echo(f"error: {run['error']}")
+    for event in events:
+        line = _transcript_line(event)
+        if line:
+            click.echo(line)
+    click.echo(f"transcript: {path}")
+
+
+def _transcript_line(event: dict) -> str | None:
+    kind = event["kind"]
+    if kind == "message":
+        message = event["message"]
+        if message["role"] == "assistant":
+            calls = ", ".join(c["function"]["name"] for c in message.get("tool_calls") or [])
+            text = (message.get("content") or "").strip()[:200]
+            return f"  assistant: {text}" + (f" [calls {calls}]" if calls else "")
+        if message["role"] == "tool":
+            return f"  tool: {message['content'][:200]!r}"
+        return f"  {message['role']}: {message['content'][:200]!r}"
+    if kind == "check":
+        return f"  check {event['name']}: {'pass' if event['passed'] else 'fail'} ({event['kind']})"
+    if kind in ("attempt", "outcome"):
+        return f"{kind}: {event.get('attempt') or event.get('outcome')}"
+    return None
+
+
+@main.command()
+@click.argument("run_id")
+@click.pass_context
+@reports_errors
+def approve(ctx: click.Context, run_id: str) -> None:
+    """Approve the `approve` check a run is waiting on."""
+    answer_run(project_of(ctx), run_id, "approve", None)
+
+
+@main.command()
+@click.argument("run_id")
+@click.option("--reason", default=None, help="Why; shown in the run's history.")
+@click.pass_context
+@reports_errors
+def reject(ctx: click.Context, run_id: str, reason: str | None) -> None:
+    """Reject the `approve` check a run is waiting on."""
+    answer_run(project_of(ctx), run_id, "reject", reason)
+
+
+def answer_run(project: Project, run_id: str, decision: str, reason: str | None) -> None:
+    from .approval import answer
+
+    click.echo(run_async(answer(project, run_id, decision, reason)))
+
+
+def entry_point() -> None:
+    main()

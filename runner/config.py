@@ -1,0 +1,345 @@
+"""Typed configuration: runner.yaml, goals/*.yaml and schedules/*.yaml turned into pydantic models.
+
+One loader reads each file (see `yamlfile`), merges the project defaults into the goal, and turns
+every validation error into `file:line: field: what was expected`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from . import yamlfile
+from .errors import ConfigError
+
+BUILTIN_TOOLS = ("read_file", "write_file", "edit_file", "list_files", "search_files", "shell")
+PROJECT_MARKERS = ("runner.yaml", "goals", "schedules")
+ALWAYS_PROTECTED = ("goals", "verifiers", "schedules", "runner.yaml", ".runner", ".env")
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+def parse_duration(value: Any) -> float:
+    """`30s`, `5m`, `2h`, `1d` or a number of seconds -> seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration like 30s, 5m, 2h, 1d or a number of seconds")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"expected a duration like 30s, 5m, 2h, 1d or a number of seconds, got {value!r}")
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if seconds < 0:
+        raise ValueError("expected a duration that is not negative")
+    return seconds
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+def _as_list(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+StrList = Annotated[list[str], BeforeValidator(_as_list)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(Strict):
+    """Which OpenAI-compatible endpoint and model to call."""
+
+    name: str
+    """The model id, or `script:PATH` to replay a scripted conversation offline."""
+    base_url: str | None = None
+    """Endpoint; default the OpenAI API (or OPENAI_BASE_URL)."""
+    api_key_env: str | None = "OPENAI_API_KEY"
+    """Name of the environment variable holding the key; not needed for localhost endpoints."""
+    temperature: float | None = None
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    """Provider-specific request fields, sent as they are."""
+    request_timeout: Duration = 120.0
+    """One HTTP request, before it counts as a transient failure and is retried."""
+    max_retries: int = Field(default=4, ge=0)
+    """Retries of transient failures (429, 5xx, timeouts, resets), with backoff."""
+
+
+class Limits(Strict):
+    """When the work loop stops by force."""
+
+    max_steps: int = Field(default=20, ge=1)
+    max_tokens: int = Field(default=200_000, ge=1)
+    timeout: Duration = 600.0
+
+
+class ToolEntry(Strict):
+    """A built-in tool by name, or a command tool: JSON arguments on stdin, stdout is the result."""
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    run: str | None = None
+    timeout: Duration = 30.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _known(self) -> ToolEntry:
+        if self.run is None and self.name not in BUILTIN_TOOLS:
+            raise ValueError(
+                f"unknown tool {self.name!r}: expected a built-in ({', '.join(BUILTIN_TOOLS)}) "
+                "or a command tool with `run:`"
+            )
+        if self.run is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", self.name):
+            raise ValueError("a tool name is 1-64 letters, digits, _ or -")
+        return self
+
+
+class Check(Strict):
+    """One acceptance check: exactly one of `run`, `judge`, `approve`."""
+
+    name: str | None = None
+    run: str | None = None
+    """Shell command; exit code 0 passes."""
+    judge: str | None = None
+    """Rubric an evaluation model judges against the named files and the run checks' output."""
+    approve: str | None = None
+    """Question a person answers."""
+    files: StrList = Field(default_factory=list)
+    timeout: Duration = 60.0
+    judge_model: str | dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Check:
+        kinds = [k for k in ("run", "judge", "approve") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError("a check needs exactly one of run, judge or approve")
+        if self.name is None:
+            self.name = getattr(self, kinds[0]).strip().splitlines()[0][:60]
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "run" if self.run is not None else "judge" if self.judge is not None else "approve"
+
+
+class Verify(Strict):
+    """The verify loop: checks decide whether the goal is met."""
+
+    max_attempts: int = Field(default=3, ge=1)
+    checks_first: bool = False
+    fresh_context: bool = False
+    before_retry: str | None = None
+    stuck_after: int = Field(default=3, ge=2)
+    checks: list[Check] = Field(default_factory=list)
+
+
+class Goal(Strict):
+    """A task with the checks that decide when it is done."""
+
+    name: str
+    prompt: str
+    system: str | None = None
+    workdir: str = "."
+    model: ModelConfig
+    judge_model: ModelConfig | None = None
+    tools: list[ToolEntry] | None = None
+    limits: Limits = Field(default_factory=Limits)
+    env: StrList = Field(default_factory=list)
+    protect: StrList = Field(default_factory=list)
+    verify: Verify = Field(default_factory=Verify)
+    root: Path = Path(".")
+    """The project root (set by the loader)."""
+    source: str | None = None
+    """The file this goal came from (set by the loader)."""
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tools(cls, tools: list[ToolEntry] | None) -> list[ToolEntry] | None:
+        names = [t.name for t in tools or []]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"tool names must be unique: {', '.join(dupes)}")
+        return tools
+
+    @property
+    def workpath(self) -> Path:
+        return (self.root / self.workdir).resolve()
+
+
+class Webhook(Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8787, ge=0, le=65535)
+    secret: str | None = None
+    max_body: int = Field(default=1_048_576, ge=1)
+
+
+class Daemon(Strict):
+    max_concurrent_runs: int = Field(default=4, ge=1)
+    shutdown_grace: Duration = 30.0
+    poll_interval: Duration = 0.5
+    """How often the daemon reads commands (trigger, pause, resume) from the store."""
+    webhook: Webhook = Field(default_factory=Webhook)
+
+
+class ProjectConfig(Strict):
+    """runner.yaml: defaults for every goal, and the daemon's settings."""
+
+    model: dict[str, Any] = Field(default_factory=dict)
+    limits: dict[str, Any] = Field(default_factory=dict)
+    verify: dict[str, Any] = Field(default_factory=dict)
+    daemon: Daemon = Field(default_factory=Daemon)
+    store: str = ".runner"
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+
+class Project:
+    """A user's project: its root, its runner.yaml and where its files live."""
+
+    def __init__(self, root: Path, config: ProjectConfig) -> None:
+        self.root = root
+        self.config = config
+
+    @property
+    def state(self) -> Path:
+        return self.root / self.config.store
+
+    def goal_files(self) -> list[Path]:
+        folder = self.root / "goals"
+        return sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]) if folder.is_dir() else []
+
+    def schedule_files(self) -> list[Path]:
+        folder = self.root / "schedules"
+        return sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]) if folder.is_dir() else []
+
+
+def find_root(start: Path | None = None) -> Path:
+    """The nearest folder upwards holding runner.yaml, goals/ or schedules/, else `start`."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if any((folder / marker).exists() for marker in PROJECT_MARKERS):
+            return folder
+    return here
+
+
+def load_dotenv(root: Path) -> None:
+    """Load ROOT/.env into the environment without overriding variables already set."""
+    path = root / ".env"
+    if not path.is_file():
+        return
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.removeprefix("export ").partition("=")
+        key, value = key.strip(), value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        os.environ.setdefault(key, value)
+
+
+def load_project(root: Path | None = None) -> Project:
+    root = find_root(root)
+    load_dotenv(root)
+    path = root / "runner.yaml"
+    if not path.is_file():
+        return Project(root, ProjectConfig())
+    doc = yamlfile.load(path, root)
+    if doc.data is None:
+        return Project(root, ProjectConfig())
+    if not isinstance(doc.data, dict):
+        raise ConfigError(doc.problem((), "expected a mapping of settings"))
+    return Project(root, doc.validate(ProjectConfig))
+
+
+def goal_path(project: Project, name_or_file: str) -> Path:
+    """A goal named NAME (goals/NAME.yaml, or a goal whose `name:` says NAME) or a file path."""
+    candidate = Path(name_or_file)
+    if candidate.suffix in (".yaml", ".yml") and candidate.is_file():
+        return candidate.resolve()
+    for suffix in (".yaml", ".yml"):
+        path = project.root / "goals" / f"{name_or_file}{suffix}"
+        if path.is_file():
+            return path
+    for path in project.goal_files():
+        doc = yamlfile.load(path, project.root)
+        if isinstance(doc.data, dict) and doc.data.get("name") == name_or_file:
+            return path
+    known = ", ".join(p.stem for p in project.goal_files()) or "none"
+    raise ConfigError(f"no goal named {name_or_file!r} in {project.root / 'goals'} (goals: {known})")
+
+
+def load_goal(project: Project, name_or_file: str, overrides: dict[str, Any] | None = None) -> Goal:
+    return goal_from_file(project, goal_path(project, name_or_file), overrides)
+
+
+def goal_from_file(project: Project, path: Path, overrides: dict[str, Any] | None = None) -> Goal:
+    doc = yamlfile.load(path, project.root)
+    if not isinstance(doc.data, dict):
+        raise ConfigError(doc.problem((), "expected a mapping with at least `prompt:`"))
+    return build_goal(project, doc.data, doc, default_name=path.stem, source=doc.shown, overrides=overrides)
+
+
+def build_goal(
+    project: Project,
+    data: dict[str, Any],
+    doc: yamlfile.Document | None = None,
+    *,
+    default_name: str,
+    source: str | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Goal:
+    """Merge the project defaults under a goal's own fields, command-line overrides over them, and validate.
+
+    `overrides` maps a section (`model`, `limits`, `verify`) to fields, or `workdir` to a path.
+    """
+    merged = dict(data)
+    for key, value in (overrides or {}).items():
+        if isinstance(value, dict):
+            current = merged.get(key)
+            current = {"name": current} if key == "model" and isinstance(current, str) else current
+            merged[key] = {**(current if isinstance(current, dict) else {}), **value}
+        else:
+            merged[key] = value
+    merged.setdefault("name", default_name)
+    defaults = project.config
+    model = merged.get("model")
+    model = {"name": model} if isinstance(model, str) else model
+    if model is None or isinstance(model, dict):
+        merged["model"] = {**defaults.model, **(model or {})}
+        if "name" not in merged["model"]:
+            merged["model"]["name"] = os.environ.get("RUNNER_MODEL") or _no_model(doc)
+    judge = merged.get("judge_model")
+    if isinstance(judge, (str, dict)):
+        judge = {"name": judge} if isinstance(judge, str) else judge
+        merged["judge_model"] = {**merged["model"], **judge}
+    for section in ("limits", "verify"):
+        if isinstance(merged.get(section, {}), dict):
+            merged[section] = {**getattr(defaults, section), **merged.get(section, {})}
+    merged["root"] = project.root
+    merged["source"] = source
+    doc = doc or yamlfile.Document(path=Path("<inline>"), data=merged, shown="<inline goal>")
+    return doc.validate(Goal, merged)
+
+
+def _no_model(doc: yamlfile.Document | None) -> str:
+    where = doc.shown if doc else "the inline goal"
+    raise ConfigError(
+        f"{where}:1: model: no model is set; give `model:` in the goal or runner.yaml, "
+        "--model on the command line, or RUNNER_MODEL in the environment"
+    )

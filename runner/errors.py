@@ -1,0 +1,42 @@
+"""The exception tree of runner.
+
+Limits, failed checks and provider failures end a run with an outcome, not an exception.
+Exceptions are for crossing layers on purpose, and each carries a message a user can act on::
+
+    RunnerError                 base; exit_code tells the CLI how to leave
+    ├── ConfigError             a file or flag is invalid (exit 2); message is `file:line: field: expected`
+    ├── ProviderError           the model endpoint cannot be used: no key, unknown model,
+    │                           refused connection, failure after retries (exit 3)
+    ├── StoreError              .runner/ cannot be read or written, or a run id is unknown (exit 3)
+    └── DaemonError             the daemon cannot start or be reached (exit 3)
+"""
+
+from __future__ import annotations
+
+
+class RunnerError(Exception):
+    """Base of every error runner reports to the user."""
+
+    exit_code = 3
+
+
+class ConfigError(RunnerError):
+    """Bad input: a goal, schedule or runner.yaml file, or a command-line flag."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        self.problems = problems or [message]
+        super().__init__("\n".join(self.problems) if problems else message)
+
+
+class ProviderError(RunnerError):
+    """The model provider cannot be used."""
+
+
+class StoreError(RunnerError):
+    """The run store is unusable, or a run id is unknown."""
+
+
+class DaemonError(RunnerError):
+    """The daemon cannot start, or a command for it cannot be delivered."""

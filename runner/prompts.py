@@ -1,0 +1,47 @@
+"""Every text the model reads, in one place: the system prompt, the feedback and the judge's prompt."""
+
+from __future__ import annotations
+
+SYSTEM = """You are an autonomous agent working in the directory {workdir}.
+Use the tools to do the task. Paths are relative to that directory.
+When the task is done, answer with a short summary and call no tool."""
+
+CHECKS_FAILED_BEFORE_WORK = """Before you started, the acceptance checks were run and some failed:
+
+{checks}"""
+
+FEEDBACK = """Attempt {attempt} is not accepted yet: {failed} of {total} acceptance checks failed.
+{changes}
+{checks}
+
+Fix the cause and finish again."""
+
+FEEDBACK_CHANGES = "Newly failing: {new}. Fixed since the last attempt: {fixed}."
+
+FAILED_CHECK = """## {name}
+command: {command}
+{status}
+{output}"""
+
+FRESH_CONTEXT = """{prompt}
+
+An earlier attempt at this task was not accepted. What the checks said:
+
+{feedback}"""
+
+JUDGE_SYSTEM = """You are a strict evaluator. You decide whether a piece of work meets a rubric.
+Answer with one JSON object and nothing else: {"pass": true or false, "reason": "one or two sentences"}."""
+
+JUDGE_PROMPT = """Rubric: {rubric}
+
+{evidence}"""
+
+JUDGE_FILE = """File {path}:
+```
+{content}
+```"""
+
+JUDGE_CHECK_OUTPUT = """Output of the check `{name}` (exit code {exit_code}):
+```
+{output}
+```"""

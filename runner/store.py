@@ -1,0 +1,230 @@
+"""The run store: `.runner/runs.db` (SQLite, WAL) and `.runner/runs/RUN_ID/transcript.jsonl`.
+
+One row per run, per attempt and per check, written as they happen. The same database carries what
+the CLI says to a running daemon (`commands`), what a person answers to an `approve` check
+(`approvals`), and the daemon's memory of each schedule entry (`entries`, `events`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from .errors import StoreError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY, goal TEXT NOT NULL, trigger TEXT NOT NULL, entry TEXT,
+    outcome TEXT NOT NULL DEFAULT 'running', stop_reason TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0, steps INTEGER NOT NULL DEFAULT 0, tokens INTEGER NOT NULL DEFAULT 0,
+    started TEXT NOT NULL, ended TEXT, pid INTEGER, final_message TEXT, error TEXT, pending TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_goal ON runs (goal, started);
+CREATE TABLE IF NOT EXISTS attempts (
+    run_id TEXT NOT NULL, number INTEGER NOT NULL, stop_reason TEXT, steps INTEGER, tokens INTEGER,
+    started TEXT, ended TEXT, PRIMARY KEY (run_id, number)
+);
+CREATE TABLE IF NOT EXISTS checks (
+    run_id TEXT NOT NULL, attempt INTEGER NOT NULL, position INTEGER NOT NULL, name TEXT, kind TEXT,
+    passed INTEGER, exit_code INTEGER, duration_s REAL, output TEXT, reason TEXT,
+    PRIMARY KEY (run_id, attempt, position)
+);
+CREATE TABLE IF NOT EXISTS approvals (
+    run_id TEXT PRIMARY KEY, decision TEXT, reason TEXT, decided TEXT
+);
+CREATE TABLE IF NOT EXISTS commands (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, target TEXT NOT NULL, created TEXT NOT NULL,
+    taken TEXT
+);
+CREATE TABLE IF NOT EXISTS entries (
+    id TEXT PRIMARY KEY, last_fire TEXT, paused INTEGER NOT NULL DEFAULT 0, failures INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, at TEXT NOT NULL, entry TEXT, goal TEXT, kind TEXT NOT NULL,
+    detail TEXT
+);
+"""
+
+RUN_FIELDS = ("run_id", "goal", "trigger", "outcome", "started", "ended", "attempts", "steps", "tokens")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Transcript:
+    """An append-only JSONL file: one line per message or event, flushed as written."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file: TextIO = path.open("a", encoding="utf-8")
+
+    def append(self, kind: str, data: dict[str, Any]) -> None:
+        self._file.write(json.dumps({"at": now(), "kind": kind, **data}, ensure_ascii=False, default=str) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class Store:
+    """SQLite in WAL mode; every write commits at once so another process sees it."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.dir = state_dir
+        try:
+            (state_dir / "runs").mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(state_dir / "runs.db", timeout=30, isolation_level=None)
+            self.db.row_factory = sqlite3.Row
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open the run store in {state_dir}: {exc}") from None
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _exec(self, sql: str, args: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        try:
+            return self.db.execute(sql, args)
+        except sqlite3.Error as exc:
+            raise StoreError(f"run store {self.dir / 'runs.db'}: {exc}") from None
+
+    # runs
+    def new_run(self, goal: str, trigger: str = "manual", entry: str | None = None) -> str:
+        run_id = new_run_id()
+        self._exec(
+            "INSERT INTO runs (id, goal, trigger, entry, started, pid) VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, goal, trigger, entry, now(), os.getpid()),
+        )
+        return run_id
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        if fields:
+            columns = ", ".join(f"{name} = ?" for name in fields)
+            self._exec(f"UPDATE runs SET {columns} WHERE id = ?", (*fields.values(), run_id))
+
+    def finish_run(self, run_id: str, outcome: str, **fields: Any) -> None:
+        self.update_run(run_id, outcome=outcome, ended=now(), **fields)
+
+    def transcript_path(self, run_id: str) -> Path:
+        return self.dir / "runs" / run_id / "transcript.jsonl"
+
+    def transcript(self, run_id: str) -> Transcript:
+        return Transcript(self.transcript_path(run_id))
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        rows = self._exec("SELECT * FROM runs WHERE id = ? OR id LIKE ?", (run_id, run_id + "%")).fetchall()
+        if len(rows) != 1:
+            found = "no run" if not rows else f"{len(rows)} runs"
+            raise StoreError(f"{found} with id {run_id!r} in {self.dir / 'runs.db'} (see `runner runs`)")
+        run = dict(rows[0])
+        run["run_id"] = run["id"]
+        run["attempt_rows"] = [
+            dict(r) for r in self._exec("SELECT * FROM attempts WHERE run_id = ? ORDER BY number", (run["id"],))
+        ]
+        run["checks"] = [
+            dict(r)
+            for r in self._exec("SELECT * FROM checks WHERE run_id = ? ORDER BY attempt, position", (run["id"],))
+        ]
+        return run
+
+    def runs(self, goal: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM runs" + (" WHERE goal = ?" if goal else "") + " ORDER BY started, rowid"
+        rows = [dict(r) for r in self._exec(sql, (goal,) if goal else ())]
+        for row in rows:
+            row["run_id"] = row["id"]
+        return rows[-limit:] if limit else rows
+
+    def mark_interrupted(self) -> list[str]:
+        """Runs left `running` by a process that is gone become `interrupted`."""
+        rows = self._exec("SELECT id, pid FROM runs WHERE outcome = 'running'").fetchall()
+        dead = [r["id"] for r in rows if not pid_alive(r["pid"])]
+        for run_id in dead:
+            self.finish_run(run_id, "interrupted", error="the process running it died")
+        return dead
+
+    # attempts and checks
+    def record_attempt(self, run_id: str, number: int, **fields: Any) -> None:
+        self._exec("INSERT OR IGNORE INTO attempts (run_id, number, started) VALUES (?, ?, ?)", (run_id, number, now()))
+        if fields:
+            columns = ", ".join(f"{name} = ?" for name in fields)
+            self._exec(
+                f"UPDATE attempts SET {columns} WHERE run_id = ? AND number = ?", (*fields.values(), run_id, number)
+            )
+
+    def record_check(self, run_id: str, attempt: int, position: int, **fields: Any) -> None:
+        names = ", ".join(fields)
+        marks = ", ".join("?" for _ in fields)
+        self._exec(
+            f"INSERT OR REPLACE INTO checks (run_id, attempt, position, {names}) VALUES (?, ?, ?, {marks})",
+            (run_id, attempt, position, *fields.values()),
+        )
+
+    # approvals
+    def answer(self, run_id: str, decision: str, reason: str | None = None) -> None:
+        self._exec(
+            "INSERT OR REPLACE INTO approvals (run_id, decision, reason, decided) VALUES (?, ?, ?, ?)",
+            (run_id, decision, reason, now()),
+        )
+
+    def take_answer(self, run_id: str) -> tuple[str, str | None] | None:
+        row = self._exec("SELECT decision, reason FROM approvals WHERE run_id = ?", (run_id,)).fetchone()
+        if row is None:
+            return None
+        self._exec("DELETE FROM approvals WHERE run_id = ?", (run_id,))
+        return row["decision"], row["reason"]
+
+    # commands for the daemon
+    def send_command(self, kind: str, target: str) -> None:
+        self._exec("INSERT INTO commands (kind, target, created) VALUES (?, ?, ?)", (kind, target, now()))
+
+    def take_commands(self) -> list[tuple[str, str]]:
+        rows = self._exec("SELECT id, kind, target FROM commands WHERE taken IS NULL ORDER BY id").fetchall()
+        if rows:
+            self._exec(f"UPDATE commands SET taken = ? WHERE id <= {rows[-1]['id']} AND taken IS NULL", (now(),))
+        return [(r["kind"], r["target"]) for r in rows]
+
+    # schedule entries
+    def entry(self, entry_id: str) -> dict[str, Any]:
+        row = self._exec("SELECT * FROM entries WHERE id = ?", (entry_id,)).fetchone()
+        return dict(row) if row else {"id": entry_id, "last_fire": None, "paused": 0, "failures": 0}
+
+    def update_entry(self, entry_id: str, **fields: Any) -> None:
+        self._exec("INSERT OR IGNORE INTO entries (id) VALUES (?)", (entry_id,))
+        columns = ", ".join(f"{name} = ?" for name in fields)
+        self._exec(f"UPDATE entries SET {columns} WHERE id = ?", (*fields.values(), entry_id))
+
+    def log_event(self, kind: str, goal: str | None = None, entry: str | None = None, detail: str = "") -> None:
+        self._exec(
+            "INSERT INTO events (at, entry, goal, kind, detail) VALUES (?, ?, ?, ?, ?)",
+            (now(), entry, goal, kind, detail),
+        )
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM events" + (" WHERE kind = ?" if kind else "") + " ORDER BY id"
+        return [dict(r) for r in self._exec(sql, (kind,) if kind else ())]

@@ -1,0 +1,139 @@
+"""The agent's tools: the six built-ins and command tools from YAML, behind one `Toolbox`.
+
+`Toolbox.call` never raises for anything the model caused: bad JSON, an unknown tool, arguments that
+fail the schema, a timeout or an exception all come back as the tool's result text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from ..config import BUILTIN_TOOLS, Goal, ToolEntry
+from . import files
+from .process import cap, run_process, scrub_env
+from .sandbox import Sandbox, ToolError
+
+SHELL_TIMEOUT = 120.0
+SHELL_MAX_TIMEOUT = 600.0
+
+
+@dataclass
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    run: Callable[..., Awaitable[str]]
+    _validator: Any = None
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+    def validate(self, arguments: Any) -> str | None:
+        """The first schema violation, in words, or None."""
+        if self._validator is None:
+            import jsonschema
+
+            self._validator = jsonschema.Draft202012Validator(self.parameters)
+        error = next(iter(self._validator.iter_errors(arguments)), None)
+        if error is None:
+            return None
+        where = "/".join(str(p) for p in error.absolute_path)
+        return f"{where}: {error.message}" if where else error.message
+
+
+class Toolbox:
+    """The tools one goal may use, confined to its workdir."""
+
+    def __init__(self, tools: list[Tool]) -> None:
+        self.tools = {t.name: t for t in tools}
+        self.schemas = [t.schema for t in tools]
+
+    @classmethod
+    def for_goal(cls, goal: Goal, env: dict[str, str] | None = None) -> Toolbox:
+        box = Sandbox.for_goal(goal)
+        environ = scrub_env(goal.env, env)
+        entries = goal.tools if goal.tools is not None else [ToolEntry(name=n) for n in BUILTIN_TOOLS]
+        return cls([_build(entry, box, environ) for entry in entries])
+
+    async def call(self, name: str, raw_arguments: str) -> str:
+        tool = self.tools.get(name)
+        if tool is None:
+            return f"error: unknown tool {name!r}; available tools: {', '.join(self.tools)}"
+        try:
+            arguments = json.loads(raw_arguments or "{}")
+        except ValueError as exc:
+            return (
+                f"error: the arguments of {name} are not valid JSON ({exc.msg} at position {exc.pos}); "
+                "send a JSON object"
+            )
+        problem = tool.validate(arguments)
+        if problem is not None:
+            return f"error: invalid arguments for {name}: {problem}"
+        try:
+            return await tool.run(**arguments)
+        except ToolError as exc:
+            return f"error: {exc}"
+        except Exception as exc:
+            return f"error: {name} failed: {type(exc).__name__}: {exc}"
+
+
+def describe_call(name: str, raw_arguments: str) -> str:
+    """A one-line summary of a call for people: `shell: pytest -q`, `write_file: haiku.txt`."""
+    try:
+        args = json.loads(raw_arguments or "{}")
+    except ValueError:
+        return f"{name}: (invalid JSON)"
+    if not isinstance(args, dict):
+        return name
+    main = args.get("command") or args.get("path") or args.get("pattern")
+    if main is None and args:
+        main = json.dumps(args, ensure_ascii=False)
+    text = str(main or "").splitlines()[0] if main else ""
+    return f"{name}: {text[:80]}" if text else name
+
+
+def _build(entry: ToolEntry, box: Sandbox, environ: dict[str, str]) -> Tool:
+    if entry.run is not None:
+        run = partial(_run_command, entry, box, environ)
+        return Tool(entry.name, entry.description or entry.name, entry.parameters, run)
+    if entry.name == "shell":
+        parameters = {
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "a /bin/sh command, run in the working directory"},
+                "timeout": {"type": "number", "exclusiveMinimum": 0, "description": "seconds; default 120"},
+            },
+            "required": ["command"],
+        }
+        description = "Run a shell command in the working directory; returns its exit code and output."
+        return Tool("shell", description, parameters, partial(_run_shell, box, environ))
+    description, properties, required = files.SCHEMAS[entry.name]
+    parameters = {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+    sync = getattr(files, entry.name)
+
+    async def run(**arguments: Any) -> str:
+        return sync(box, **arguments)
+
+    return Tool(entry.name, description, parameters, run)
+
+
+async def _run_shell(box: Sandbox, environ: dict[str, str], command: str, timeout: float = SHELL_TIMEOUT) -> str:
+    timeout = min(timeout, SHELL_MAX_TIMEOUT)
+    result = await run_process(command, cwd=box.workdir, env=environ, timeout=timeout)
+    return result.describe(timeout)
+
+
+async def _run_command(entry: ToolEntry, box: Sandbox, environ: dict[str, str], **arguments: Any) -> str:
+    payload = json.dumps(arguments).encode()
+    result = await run_process(entry.run or "", cwd=box.workdir, env=environ, timeout=entry.timeout, stdin=payload)
+    if result.timed_out or result.exit_code != 0:
+        return f"error: {entry.name} {result.describe(entry.timeout)}"
+    return cap(result.output)

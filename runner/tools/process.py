@@ -1,0 +1,148 @@
+"""Subprocesses for the shell tool, command tools and checks: scrubbed environment, process groups, caps."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
+OUTPUT_CAP = 12_000
+"""Characters of a tool's output that reach the model: the head and the tail, with a marker between."""
+
+
+def scrub_env(passed: Iterable[str] = (), extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment without secrets: no name holding KEY, TOKEN, SECRET or PASSWORD unless passed."""
+    allowed = set(passed)
+    env = {k: v for k, v in os.environ.items() if k in allowed or not SECRET_NAME.search(k)}
+    env.update(extra or {})
+    return env
+
+
+def cap(text: str, limit: int = OUTPUT_CAP) -> str:
+    """Keep the head and the tail of a long text, saying how much was cut between them."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
+
+
+def decode(data: bytes) -> str:
+    """Text from any output: invalid UTF-8 and NUL bytes become U+FFFD."""
+    return data.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
+
+
+@dataclass
+class ProcessResult:
+    exit_code: int | None
+    """None when the process was killed at its timeout."""
+    output: str
+    duration: float
+    timed_out: bool = False
+
+    def describe(self, timeout: float) -> str:
+        status = f"timed out after {timeout:g}s and was killed" if self.timed_out else f"exit code {self.exit_code}"
+        return f"{status}\n{self.output}" if self.output else status
+
+
+async def run_process(
+    command: str,
+    *,
+    cwd: os.PathLike[str] | str,
+    env: Mapping[str, str],
+    timeout: float,
+    stdin: bytes | None = None,
+    cap_bytes: int = OUTPUT_CAP,
+) -> ProcessResult:
+    """Run `command` with /bin/sh -c in its own process group; stdout and stderr together, head and tail kept.
+
+    On timeout or cancellation the whole group is killed, grandchildren included.
+    """
+    started = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        "/bin/sh",
+        "-c",
+        command,
+        cwd=cwd,
+        env=dict(env),
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
+    collector = _Collector(cap_bytes)
+    timed_out = False
+    try:
+        await asyncio.wait_for(_communicate(proc, stdin, collector), timeout)
+    except asyncio.TimeoutError:
+        timed_out = True
+        _kill_group(proc)
+        await _drain_after_kill(proc, collector)
+    except BaseException:
+        _kill_group(proc)
+        raise
+    return ProcessResult(
+        None if timed_out else proc.returncode, collector.text(), time.monotonic() - started, timed_out
+    )
+
+
+async def _communicate(proc: asyncio.subprocess.Process, stdin: bytes | None, collector: _Collector) -> None:
+    if stdin is not None and proc.stdin is not None:
+        try:
+            proc.stdin.write(stdin)
+            await proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        proc.stdin.close()
+    assert proc.stdout is not None
+    while chunk := await proc.stdout.read(65536):
+        collector.add(chunk)
+    await proc.wait()
+
+
+async def _drain_after_kill(proc: asyncio.subprocess.Process, collector: _Collector) -> None:
+    try:
+        assert proc.stdout is not None
+        while chunk := await asyncio.wait_for(proc.stdout.read(65536), 2):
+            collector.add(chunk)
+        await asyncio.wait_for(proc.wait(), 2)
+    except (asyncio.TimeoutError, ProcessLookupError):
+        pass
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class _Collector:
+    """Keeps the first and the last `limit // 2` bytes of a stream and counts the rest."""
+
+    def __init__(self, limit: int) -> None:
+        self.half = limit // 2
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.half:
+                del self.tail[: len(self.tail) - self.half]
+
+    def text(self) -> str:
+        cut = self.total - len(self.head) - len(self.tail)
+        if cut <= 0:
+            return decode(bytes(self.head + self.tail))
+        return f"{decode(bytes(self.head))}\n[... {cut} bytes cut ...]\n{decode(bytes(self.tail))}"

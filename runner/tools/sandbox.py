@@ -1,0 +1,104 @@
+"""Where the agent's tools may reach: inside the goal's workdir, never onto a protected path."""
+
+from __future__ import annotations
+
+import fnmatch
+import shlex
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..config import ALWAYS_PROTECTED, Goal
+
+INTERPRETERS = {"python", "python3", "sh", "bash", "node", "ruby", "perl", "zsh", "pytest", "deno", "bun", "php"}
+HIDDEN = {".env", ".runner"}
+"""Neither read nor written by the file tools."""
+
+
+class ToolError(Exception):
+    """A tool could not do what the model asked; the message goes back to the model."""
+
+
+class Sandbox:
+    """Resolves the model's paths against the workdir and refuses escapes and protected paths."""
+
+    def __init__(self, workdir: Path, root: Path, protect: Iterable[str] = ()) -> None:
+        self.workdir = workdir.resolve()
+        self.root = root.resolve()
+        self.patterns = [*ALWAYS_PROTECTED, *protect]
+
+    @classmethod
+    def for_goal(cls, goal: Goal) -> Sandbox:
+        return cls(goal.workpath, goal.root, [*goal.protect, *check_scripts(goal)])
+
+    def resolve(self, path: str, *, write: bool = False) -> Path:
+        if not isinstance(path, str) or not path.strip():
+            raise ToolError("path is empty: give a path relative to the working directory")
+        full = (self.workdir / path).resolve()
+        if not full.is_relative_to(self.workdir):
+            raise ToolError(f"refused: {path} is outside the working directory (paths are relative to it)")
+        rel = self.relative(full)
+        if rel is not None and (rel.split("/")[0] in HIDDEN or (write and self.protected(rel))):
+            what = "written" if write else "read"
+            raise ToolError(f"refused: {path} is protected and cannot be {what} by the agent")
+        return full
+
+    def relative(self, full: Path) -> str | None:
+        """`full` relative to the project root, in POSIX form; None when outside the root."""
+        try:
+            return full.relative_to(self.root).as_posix()
+        except ValueError:
+            return None
+
+    def protected(self, rel: str) -> bool:
+        for pattern in self.patterns:
+            pattern = pattern.rstrip("/")
+            base = pattern.removesuffix("/**")
+            if rel == base or rel.startswith(base + "/") or fnmatch.fnmatchcase(rel, pattern):
+                return True
+        return False
+
+    def show(self, full: Path) -> str:
+        """A path as the model should see it: relative to the workdir."""
+        return full.relative_to(self.workdir).as_posix() if full != self.workdir else "."
+
+
+def check_scripts(goal: Goal) -> list[str]:
+    """Files that the `run` checks execute (`python verifiers/x.py`, `sh check.sh`, `./check`), relative to the root.
+
+    These are the user's acceptance scripts: protected like verifiers/. Plain arguments (`haiku.txt`)
+    are not scripts and stay writable.
+    """
+    found: list[str] = []
+    for check in goal.verify.checks:
+        if check.run is None:
+            continue
+        try:
+            words = shlex.split(check.run)
+        except ValueError:
+            continue
+        for path in _script_words(words):
+            for base in (goal.workpath, goal.root):
+                full = (base / path).resolve()
+                if full.is_file() and full.is_relative_to(goal.root.resolve()):
+                    found.append(full.relative_to(goal.root.resolve()).as_posix())
+                    break
+    return sorted(set(found))
+
+
+def _script_words(words: list[str]) -> list[str]:
+    scripts: list[str] = []
+    command_start = True
+    for i, word in enumerate(words):
+        if word in ("&&", "||", ";", "|"):
+            command_start = True
+            continue
+        if command_start:
+            command_start = False
+            name = Path(word).name
+            if "/" in word and not any(name.startswith(interp) for interp in INTERPRETERS):
+                scripts.append(word)
+            elif name.rstrip("0123456789.") in INTERPRETERS:
+                rest = [w for w in words[i + 1 :] if not w.startswith("-")]
+                if rest and rest[0] not in ("&&", "||", ";", "|"):
+                    scripts.append(rest[0])
+    return [s.replace("$RUNNER_ROOT/", "").replace("${RUNNER_ROOT}/", "") for s in scripts]

@@ -1,0 +1,291 @@
+"""The verify loop (middle): work, then the acceptance checks; failures go back to the model, up to N attempts.
+
+    for attempt in 1..max_attempts:
+        work loop -> tamper lock -> checks -> all pass? achieved : feedback -> before_retry -> retry
+
+The machine, not the model, decides when a goal is done. Every attempt and check is written to the
+store and the transcript as it happens. The verify loop knows nothing of the daemon and never prints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from . import prompts
+from .checks import Approver, CheckContext, CheckResult, run_checks
+from .config import Goal
+from .errors import RunnerError
+from .model import Model
+from .store import Store, now
+from .tamper import Snapshot
+from .tools import Toolbox
+from .tools.process import cap, run_process, scrub_env
+from .work import Observer, WorkLoop, ignore
+
+Outcome = Literal[
+    "achieved",
+    "satisfied",
+    "not_achieved",
+    "stuck",
+    "tampered",
+    "error",
+    "cancelled",
+    "interrupted",
+    "awaiting_approval",
+    "rejected",
+]
+FEEDBACK_OUTPUT_CAP = 2_000
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    goal: str
+    outcome: Outcome = "error"
+    attempts: int = 0
+    steps: int = 0
+    tokens: int = 0
+    stop_reason: str | None = None
+    duration_s: float = 0.0
+    checks: list[CheckResult] = field(default_factory=list)
+    final_message: str | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "goal": self.goal,
+            "outcome": self.outcome,
+            "attempts": self.attempts,
+            "steps": self.steps,
+            "tokens": self.tokens,
+            "stop_reason": self.stop_reason,
+            "duration_s": round(self.duration_s, 3),
+            "checks": [{"name": c.name, "passed": c.passed, "exit_code": c.exit_code} for c in self.checks],
+            "final_message": self.final_message,
+            "error": self.error,
+        }
+
+
+async def run_goal(
+    goal: Goal,
+    store: Store,
+    *,
+    trigger: str = "manual",
+    entry: str | None = None,
+    observe: Observer = ignore,
+    approver: Approver | None = None,
+    checks_first: bool | None = None,
+) -> RunResult:
+    """Run one goal once, work + verify, and record it. Cancellation ends it `cancelled`, not with an exception."""
+    run_id = store.new_run(goal.name, trigger, entry)
+    transcript = store.transcript(run_id)
+
+    def record(kind: str, data: dict[str, Any]) -> None:
+        transcript.append(kind, data)
+        observe(kind, data)
+
+    record("run", {"run_id": run_id, "goal": goal.name, "trigger": trigger})
+    verifier = Verifier(goal, store, RunResult(run_id, goal.name), record, approver)
+    try:
+        return await verifier.run(goal.verify.checks_first if checks_first is None else checks_first)
+    finally:
+        transcript.close()
+
+
+class Verifier:
+    def __init__(self, goal: Goal, store: Store, result: RunResult, record: Observer, approver: Approver | None):
+        self.goal, self.store, self.result, self.record, self.approver = goal, store, result, record, approver
+        self.started = time.monotonic()
+        self.model: Model | None = None
+        self.judge: Model | None = None
+        self.failed_before: set[str] | None = None
+
+    async def run(self, checks_first: bool) -> RunResult:
+        goal, verify = self.goal, self.goal.verify
+        try:
+            first_feedback = None
+            if checks_first:
+                results = await self._checks(0)
+                if all(r.passed for r in results):
+                    return self._finish("satisfied")
+                first_feedback = prompts.CHECKS_FAILED_BEFORE_WORK.format(checks=_describe_failures(results))
+            self.model = Model.open(goal.model, goal.root)
+            self.judge = Model.open(goal.judge_model, goal.root) if goal.judge_model else self.model
+            toolbox = Toolbox.for_goal(goal)
+            messages = self._conversation(first_feedback)
+            failing: list[tuple[Any, ...]] = []
+            for attempt in range(1, verify.max_attempts + 1):
+                self._begin_attempt(attempt)
+                snapshot = Snapshot.take(goal)
+                work = await WorkLoop(self.model, toolbox, goal.limits, self.record).run(messages)
+                self._end_attempt(attempt, work)
+                changed = snapshot.changes()
+                if changed:
+                    snapshot.restore(changed)
+                    return self._finish(
+                        "tampered",
+                        error=f"the attempt changed protected files: {', '.join(changed)}"
+                        " (their original content was put back)",
+                    )
+                if work.stop_reason == "error":
+                    return self._finish("error", error=work.error)
+                results = await self._checks(attempt)
+                if not verify.checks:
+                    return self._finish("achieved" if work.stop_reason == "completed" else "not_achieved")
+                if all(r.passed for r in results):
+                    return self._finish("achieved")
+                if any(r.kind == "approve" and not r.passed and not r.skipped for r in results):
+                    return self._finish("rejected", error=next(r.reason for r in results if r.kind == "approve"))
+                failing.append(_signature(results))
+                if attempt == verify.max_attempts:
+                    return self._finish("not_achieved")
+                if len(failing) >= verify.stuck_after and len(set(failing[-verify.stuck_after :])) == 1:
+                    return self._finish(
+                        "stuck", error=f"the same checks failed the same way {verify.stuck_after} attempts in a row"
+                    )
+                feedback = self._feedback(attempt, results)
+                await self._before_retry()
+                messages = self._conversation(feedback) if verify.fresh_context else messages
+                if not verify.fresh_context:
+                    messages.append({"role": "user", "content": feedback})
+                    self.record("message", {"message": messages[-1]})
+            return self._finish("not_achieved")
+        except asyncio.CancelledError:
+            return self._finish("cancelled", error="cancelled before the goal finished")
+        except RunnerError as exc:
+            return self._finish("error", error=str(exc))
+        finally:
+            for model in {id(m): m for m in (self.model, self.judge) if m is not None}.values():
+                await model.aclose()
+
+    def _conversation(self, feedback: str | None) -> list[dict[str, Any]]:
+        system = prompts.SYSTEM.format(workdir=self.goal.workpath)
+        if self.goal.system:
+            system += "\n\n" + self.goal.system
+        prompt = self.goal.prompt
+        if feedback and self.goal.verify.fresh_context and self.result.attempts:
+            prompt = prompts.FRESH_CONTEXT.format(prompt=prompt, feedback=feedback)
+        elif feedback:
+            prompt = f"{prompt}\n\n{feedback}"
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
+        for message in messages:
+            self.record("message", {"message": message})
+        return messages
+
+    def _begin_attempt(self, attempt: int) -> None:
+        self.result.attempts = attempt
+        self.store.record_attempt(self.result.run_id, attempt)
+        self.store.update_run(self.result.run_id, attempts=attempt)
+        self.record("attempt", {"attempt": attempt, "of": self.goal.verify.max_attempts})
+
+    def _end_attempt(self, attempt: int, work: Any) -> None:
+        result = self.result
+        result.steps += work.steps
+        result.tokens += work.tokens
+        result.stop_reason = work.stop_reason
+        result.final_message = work.final_message or result.final_message
+        self.store.record_attempt(
+            result.run_id, attempt, stop_reason=work.stop_reason, steps=work.steps, tokens=work.tokens, ended=now()
+        )
+        self.store.update_run(
+            result.run_id,
+            steps=result.steps,
+            tokens=result.tokens,
+            stop_reason=work.stop_reason,
+            final_message=result.final_message,
+        )
+
+    async def _checks(self, attempt: int) -> list[CheckResult]:
+        def recorded(position: int, result: CheckResult) -> None:
+            self.store.record_check(
+                self.result.run_id,
+                attempt,
+                position,
+                name=result.name,
+                kind=result.kind,
+                passed=int(result.passed),
+                exit_code=result.exit_code,
+                duration_s=result.duration_s,
+                output=result.output,
+                reason=result.reason,
+            )
+            self.record("check", {"attempt": attempt, **result.record()})
+
+        context = CheckContext(self.goal, self.result.run_id, attempt, self.judge, self.approver)
+        self.result.checks = await run_checks(context, self.goal.verify.checks, on_result=recorded)
+        return self.result.checks
+
+    def _feedback(self, attempt: int, results: list[CheckResult]) -> str:
+        failed = [r for r in results if not r.passed and not r.skipped]
+        changes = ""
+        previous, names = self.failed_before, {r.name for r in failed}
+        if previous is not None:
+            new, fixed = sorted(names - previous), sorted(previous - names)
+            changes = prompts.FEEDBACK_CHANGES.format(new=", ".join(new) or "none", fixed=", ".join(fixed) or "none")
+        self.failed_before = names
+        text = prompts.FEEDBACK.format(
+            attempt=attempt, failed=len(failed), total=len(results), changes=changes, checks=_describe_failures(results)
+        ).replace("\n\n\n", "\n\n")
+        self.record("feedback", {"attempt": attempt, "text": text})
+        return text
+
+    async def _before_retry(self) -> None:
+        command = self.goal.verify.before_retry
+        if not command:
+            return
+        result = await run_process(command, cwd=self.goal.workpath, env=scrub_env(self.goal.env), timeout=300)
+        self.record("before_retry", {"command": command, "exit_code": result.exit_code, "output": result.output})
+
+    def _finish(self, outcome: Outcome, error: str | None = None) -> RunResult:
+        result = self.result
+        result.outcome, result.error = outcome, error
+        result.duration_s = time.monotonic() - self.started
+        if outcome == "cancelled" and self.store.run(result.run_id)["outcome"] == "awaiting_approval":
+            result.outcome = "awaiting_approval"
+        else:
+            self.store.finish_run(
+                result.run_id,
+                result.outcome,
+                error=error,
+                attempts=result.attempts,
+                steps=result.steps,
+                tokens=result.tokens,
+            )
+        self.record(
+            "outcome",
+            {
+                "outcome": result.outcome,
+                "error": error,
+                "attempts": result.attempts,
+                "steps": result.steps,
+                "tokens": result.tokens,
+                "duration_s": round(result.duration_s, 3),
+            },
+        )
+        return result
+
+
+def _describe_failures(results: list[CheckResult]) -> str:
+    parts = []
+    for r in results:
+        if r.passed or r.skipped:
+            continue
+        if r.kind == "judge":
+            status = f"judge: {r.reason}"
+        elif r.kind == "approve":
+            status = f"a person said no: {r.reason}"
+        else:
+            status = r.reason or f"exit code {r.exit_code}"
+        output = cap(r.output, FEEDBACK_OUTPUT_CAP) if r.kind == "run" else ""
+        parts.append(
+            prompts.FAILED_CHECK.format(name=r.name, command=r.command or r.kind, status=status, output=output).rstrip()
+        )
+    return "\n\n".join(parts)
+
+
+def _signature(results: list[CheckResult]) -> tuple[Any, ...]:
+    return tuple((r.name, r.exit_code, r.output, r.reason) for r in results if not r.passed)

@@ -1,0 +1,151 @@
+"""The work loop (inner): ReAct tool calling until the model stops or a limit is hit.
+
+    call the model -> append its message -> no tool calls? stop -> run the calls -> append results -> limits
+
+A limit, a provider failure or a cut-off reply ends the loop with a `StopReason` and the messages so
+far; nothing the model causes raises. The loop knows nothing of checks or schedules, and never
+prints: it tells an `Observer` what happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .config import Limits
+from .errors import ProviderError
+from .model import Model, Reply
+from .tools import Toolbox, describe_call
+
+StopReason = Literal["completed", "max_steps", "max_tokens", "timeout", "length", "error", "cancelled"]
+FORCED: tuple[StopReason, ...] = ("max_steps", "max_tokens", "timeout")
+
+Observer = Callable[[str, dict[str, Any]], None]
+"""Receives events: `message`, `step`, `tool_call`, `tool_result`, `stopped` with their data."""
+
+
+def ignore(kind: str, data: dict[str, Any]) -> None:
+    """An observer that observes nothing."""
+
+
+@dataclass
+class WorkResult:
+    stop_reason: StopReason
+    messages: list[dict[str, Any]]
+    steps: int = 0
+    tokens: int = 0
+    final_message: str | None = None
+    error: str | None = None
+
+    @property
+    def forced(self) -> bool:
+        return self.stop_reason in FORCED
+
+
+@dataclass
+class WorkLoop:
+    """One attempt: the model and tools it may use, the limits, and who is told what happens."""
+
+    model: Model
+    toolbox: Toolbox
+    limits: Limits
+    observe: Observer = ignore
+    started: float = field(default_factory=time.monotonic)
+
+    async def run(self, messages: list[dict[str, Any]]) -> WorkResult:
+        result = WorkResult("completed", messages)
+        try:
+            while True:
+                stop = self._limit_hit(result)
+                if stop:
+                    result.stop_reason = stop
+                    break
+                result.steps += 1
+                self.observe("step", {"step": result.steps})
+                reply = await self._within_time(self.model.chat(messages, self.toolbox.schemas))
+                result.tokens += reply.tokens
+                self._append(messages, reply.message)
+                if reply.message.get("content"):
+                    result.final_message = reply.message["content"]
+                if not reply.tool_calls:
+                    result.stop_reason = "length" if reply.finish_reason == "length" else "completed"
+                    break
+                await self._within_time(self._run_tools(result.steps, reply, messages))
+        except ProviderError as exc:
+            result.stop_reason, result.error = "error", str(exc)
+        except asyncio.TimeoutError:
+            result.stop_reason = "timeout"
+        except asyncio.CancelledError:
+            result.stop_reason = "cancelled"
+            self._close_open_calls(messages, "cancelled")
+            self.observe("stopped", {"reason": "cancelled", "steps": result.steps, "tokens": result.tokens})
+            raise
+        self._close_open_calls(messages, result.stop_reason)
+        self.observe(
+            "stopped",
+            {"reason": result.stop_reason, "steps": result.steps, "tokens": result.tokens, "error": result.error},
+        )
+        return result
+
+    def _limit_hit(self, result: WorkResult) -> StopReason | None:
+        if result.steps >= self.limits.max_steps:
+            return "max_steps"
+        if result.tokens >= self.limits.max_tokens:
+            return "max_tokens"
+        if time.monotonic() - self.started >= self.limits.timeout:
+            return "timeout"
+        return None
+
+    async def _within_time(self, awaitable: Any) -> Any:
+        remaining = self.limits.timeout - (time.monotonic() - self.started)
+        return await asyncio.wait_for(awaitable, max(remaining, 0.001))
+
+    async def _run_tools(self, step: int, reply: Reply, messages: list[dict[str, Any]]) -> None:
+        """Run a round's calls concurrently; append the results in the order of the calls."""
+        calls = reply.tool_calls
+        outputs = await asyncio.gather(*(self._run_tool(step, call) for call in calls))
+        for call, output in zip(calls, outputs, strict=True):
+            self._append(messages, {"role": "tool", "tool_call_id": call["id"], "content": output})
+
+    async def _run_tool(self, step: int, call: dict[str, Any]) -> str:
+        name, arguments = call["function"]["name"], call["function"]["arguments"]
+        summary = describe_call(name, arguments)
+        self.observe("tool_call", {"step": step, "id": call["id"], "name": name, "summary": summary})
+        started = time.monotonic()
+        output = await self.toolbox.call(name, arguments)
+        self.observe(
+            "tool_result",
+            {
+                "step": step,
+                "id": call["id"],
+                "name": name,
+                "summary": summary,
+                "output": output,
+                "duration_s": round(time.monotonic() - started, 3),
+            },
+        )
+        return output
+
+    def _append(self, messages: list[dict[str, Any]], message: dict[str, Any]) -> None:
+        messages.append(message)
+        self.observe("message", {"message": message})
+
+    def _close_open_calls(self, messages: list[dict[str, Any]], reason: str) -> None:
+        """A round cut short leaves calls without results; answer them so the conversation stays valid."""
+        answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
+        for message in reversed(messages):
+            if message.get("role") == "assistant":
+                for call in message.get("tool_calls") or []:
+                    if call["id"] not in answered:
+                        self._append(
+                            messages,
+                            {
+                                "role": "tool",
+                                "tool_call_id": call["id"],
+                                "content": f"error: not run: the attempt stopped ({reason})",
+                            },
+                        )
+                break
