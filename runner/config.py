@@ -62,7 +62,7 @@ class ModelConfig(Strict):
     base_url: str | None = None
     """Endpoint; default the OpenAI API (or OPENAI_BASE_URL)."""
     api_key_env: str | None = "OPENAI_API_KEY"
-    """Name of the environment variable holding the key; not needed for localhost endpoints."""
+    """Name of the environment variable holding the key; null for an endpoint that needs none."""
     temperature: float | None = None
     extra_body: dict[str, Any] = Field(default_factory=dict)
     """Provider-specific request fields, sent as they are."""

@@ -13,12 +13,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from .config import ModelConfig
 from .errors import ConfigError, ProviderError
-
-LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
 
 
 @dataclass
@@ -69,16 +66,15 @@ class Model:
             model._script_url = url
             return model
         base_url = config.base_url or os.environ.get("OPENAI_BASE_URL")
-        key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        if not config.api_key_env:
+            return cls(config, base_url, "none")
+        key = os.environ.get(config.api_key_env)
         if not key:
-            if base_url and urlparse(base_url).hostname in LOCAL_HOSTS:
-                key = "local"
-            else:
-                where = f"the environment variable {config.api_key_env}" if config.api_key_env else "api_key_env"
-                raise ProviderError(
-                    f"model {config.name}: no API key: {where} is not set "
-                    "(put it in the environment or in .env at the project root)"
-                )
+            raise ProviderError(
+                f"model {config.name}: no API key: the environment variable {config.api_key_env} is not set "
+                "(set it, put it in .env at the project root, or give `api_key_env: null` for an endpoint "
+                "that needs no key)"
+            )
         return cls(config, base_url, key)
 
     async def aclose(self) -> None:

@@ -61,8 +61,9 @@ def read_file(box: Sandbox, path: str, offset: int = 1, limit: int = READ_LINES)
         raise ToolError(f"{path} has {len(lines)} lines; offset {offset} is past the end")
     chosen = "".join(lines[offset - 1 : offset - 1 + limit])
     more = len(lines) - (offset - 1 + limit)
-    suffix = f"\n[{more} more lines: read on with offset={offset + limit}]" if more > 0 else ""
-    return cap(chosen) + suffix
+    if more <= 0:
+        return cap(chosen)
+    return cap(chosen).rstrip("\n") + f"\n[{more} more lines: read on with offset={offset + limit}]"
 
 
 def write_file(box: Sandbox, path: str, content: str) -> str:
@@ -91,7 +92,7 @@ def list_files(box: Sandbox, path: str = ".", pattern: str | None = None) -> str
     folder = box.resolve(path)
     if not folder.is_dir():
         raise ToolError(f"{path} is not a folder")
-    names = [box.show(f) for f in _walk(box, folder) if pattern is None or _matches(box.show(f), pattern)]
+    names = sorted(box.show(f) for f in _walk(box, folder) if pattern is None or _matches(box.show(f), pattern))
     if not names:
         return "no files"
     extra = f"\n[{len(names) - MAX_LIST} more not shown]" if len(names) > MAX_LIST else ""

@@ -1,0 +1,105 @@
+"""Config: every invalid file gives `file:line: field: what was expected`, exit 2, no traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.config import parse_duration
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30s", 30), ("5m", 300), ("2h", 7200), ("1d", 86400), (45, 45), ("1.5s", 1.5), ("250ms", 0.25)],
+)
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["soon", "5 minutes", "-3s", True])
+def test_bad_durations(bad):
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(bad)
+
+
+BAD_GOALS = [
+    ("prompt: hi\nlimits:\n\tmax_steps: 3\n", "goals/g.yaml:3: invalid YAML: found character '\\t'"),
+    ("prompt: [unclosed\n", "goals/g.yaml:2: invalid YAML: expected ',' or ']'"),
+    ("name: g\n", "goals/g.yaml:1: prompt: required field is missing"),
+    ("prompt: hi\nlimits:\n  max_steps: lots\n", "goals/g.yaml:3: limits.max_steps: Input should be a valid integer"),
+    ("prompt: hi\nlimits:\n  timeout: soon\n", "goals/g.yaml:3: limits.timeout: expected a duration like 30s"),
+    ("prompt: hi\npromt: typo\n", "goals/g.yaml:2: promt: unknown field"),
+    (
+        "prompt: hi\nverify:\n  checks:\n    - name: a\n      run: x\n      judge: y\n",
+        "goals/g.yaml:4: verify.checks[0]: a check needs exactly one of run, judge or approve",
+    ),
+    ("prompt: hi\ntools: [read_file, fly]\n", "goals/g.yaml:2: tools[1]: unknown tool 'fly'"),
+    ("prompt: ${NOT_SET_ANYWHERE}\n", "goals/g.yaml:1: prompt: environment variable NOT_SET_ANYWHERE is not set"),
+    ("- just a list\n", "goals/g.yaml:1: (file): expected a mapping"),
+    ("prompt: hi\nverify:\n  max_attempts: 0\n", "goals/g.yaml:3: verify.max_attempts: Input should be greater"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), BAD_GOALS)
+def test_bad_goal_files(proj, text, expected):
+    proj.write("goals/g.yaml", text)
+    for args in (["goal", "g"], ["validate"]):
+        result = proj.cli(*args)
+        assert result.exit_code == 2, result.output
+        assert expected in result.stderr, result.stderr
+        assert "Traceback" not in result.output + result.stderr
+
+
+def test_bad_runner_yaml(proj):
+    proj.write("runner.yaml", "model:\n  name: m\ndaemon:\n  max_concurrent_runs: -1\n")
+    result = proj.cli("validate")
+    assert result.exit_code == 2
+    assert "runner.yaml:4: daemon.max_concurrent_runs: Input should be greater than or equal to 1" in result.stderr
+
+
+def test_validate_reports_every_problem_at_once(proj):
+    proj.write("goals/a.yaml", "name: a\n")
+    proj.write("goals/b.yaml", "prompt: hi\nlimits: {max_steps: x}\n")
+    result = proj.cli("validate")
+    assert result.exit_code == 2
+    assert "goals/a.yaml:1: prompt" in result.stderr and "goals/b.yaml:2: limits.max_steps" in result.stderr
+
+
+def test_env_defaults_and_overrides(proj, server, monkeypatch):
+    monkeypatch.setenv("GREETING", "bonjour")
+    proj.goal("g", prompt="${GREETING} ${NAME:-world}", limits={"max_steps": 7})
+    server.add({"content": "ok"})
+    out = proj.cli_json("goal", "g", "--max-steps", "2", "--model", "other-model")
+    assert out["outcome"] == "achieved"
+    request = server.requests[0]
+    assert request["messages"][1]["content"] == "bonjour world"
+    assert request["model"] == "other-model"
+
+
+def test_project_defaults_merge_under_goal_fields(proj, server):
+    proj.write(
+        "runner.yaml",
+        {
+            "model": {"name": "base", "base_url": server.base_url, "api_key_env": "TEST_API_KEY", "temperature": 0.5},
+            "limits": {"max_steps": 1},
+        },
+    )
+    proj.goal("g", prompt="hi", model={"temperature": 0.1})
+    server.add({"tool_calls": [{"name": "list_files", "arguments": {}}]})
+    out = proj.cli_json("goal", "g")
+    assert out["stop_reason"] == "max_steps" and out["steps"] == 1
+    assert server.requests[0]["model"] == "base" and server.requests[0]["temperature"] == 0.1
+
+
+def test_unknown_goal_and_bad_flags(proj):
+    result = proj.cli("goal", "nothing")
+    assert result.exit_code == 2 and "no goal named 'nothing'" in result.stderr
+    assert proj.cli("goal").exit_code == 2
+    assert proj.cli("goal", "--max-steps", "0", "x").exit_code == 2
+
+
+def test_no_model_anywhere(proj, monkeypatch):
+    monkeypatch.delenv("RUNNER_MODEL", raising=False)
+    proj.write("runner.yaml", "limits: {max_steps: 3}\n")
+    proj.goal("g", prompt="hi")
+    result = proj.cli("goal", "g")
+    assert result.exit_code == 2 and "goals/g.yaml:1: model: no model is set" in result.stderr

@@ -1,0 +1,97 @@
+"""The model layer: real openai client over HTTP; transient errors retried, fatal ones one clear message."""
+
+from __future__ import annotations
+
+import socket
+
+from runner.testing import ScriptedServer
+
+
+def test_transient_500_and_429_are_retried_then_succeed(proj, server):
+    proj.goal("g", prompt="hi")
+    server.add({"status": 500, "error": "upstream hiccup"}, {"status": 429, "error": "slow down"}, {"content": "hello"})
+    out = proj.cli_json("goal", "g")
+    assert out["exit_code"] == 0 and out["outcome"] == "achieved" and out["final_message"] == "hello"
+    assert len(server.requests) == 3
+
+
+def test_retries_run_out_into_an_error_outcome(proj, server):
+    proj.goal("g", prompt="hi")
+    server.add(*[{"status": 503, "error": "overloaded"}] * 3)
+    result = proj.cli("goal", "g")
+    assert result.exit_code == 3
+    assert "answered 503: overloaded" in result.output
+    assert len(server.requests) == 3  # one try and max_retries=2
+
+
+def test_missing_key_is_one_clear_message(proj, server, monkeypatch):
+    monkeypatch.delenv("TEST_API_KEY")
+    proj.goal("g", prompt="hi")
+    result = proj.cli("goal", "g")
+    assert result.exit_code == 3
+    assert "no API key: the environment variable TEST_API_KEY is not set" in result.output
+    assert "Traceback" not in result.output + result.stderr
+    assert server.requests == []
+
+
+def test_wrong_key(proj):
+    with ScriptedServer([{"content": "x"}], api_key="right") as strict:
+        proj.goal("g", prompt="hi", model={"base_url": strict.base_url})
+        result = proj.cli("goal", "g")
+        assert result.exit_code == 3 and "refused the API key: Incorrect API key provided" in result.output
+        assert len(strict.requests) == 0
+
+
+def test_unknown_model(proj, monkeypatch):
+    monkeypatch.setenv("TEST_API_KEY", "right")
+    with ScriptedServer([{"content": "x"}], models=["real-model"], api_key="right") as strict:
+        proj.goal("g", prompt="hi", model={"name": "nope", "base_url": strict.base_url})
+        result = proj.cli("goal", "g")
+        assert result.exit_code == 3
+        assert "model nope: not found" in result.output and "does not exist" in result.output
+        proj.goal("g", prompt="hi", model={"name": "real-model", "base_url": strict.base_url})
+        assert proj.cli("goal", "g").exit_code == 0
+
+
+def test_refused_connection(proj):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proj.goal("g", prompt="hi", model={"base_url": f"http://127.0.0.1:{port}/v1", "max_retries": 1})
+    result = proj.cli("goal", "g")
+    assert result.exit_code == 3
+    assert f"cannot connect to http://127.0.0.1:{port}/v1" in result.output
+
+
+def test_dotenv_supplies_the_key_without_overriding(proj, server, monkeypatch):
+    monkeypatch.delenv("TEST_API_KEY")
+    proj.write(".env", "# comment\nexport TEST_API_KEY='from-dotenv'\n")
+    proj.goal("g", prompt="hi")
+    server.add({"content": "ok"})
+    assert proj.cli("goal", "g").exit_code == 0
+
+
+def test_extra_body_and_temperature_are_sent(proj, server):
+    proj.goal("g", prompt="hi", model={"temperature": 0, "extra_body": {"thinking": {"type": "disabled"}}})
+    server.add({"content": "ok"})
+    proj.cli("goal", "g")
+    request = server.requests[0]
+    assert request["temperature"] == 0 and request["thinking"] == {"type": "disabled"}
+    assert request["model"] == "test-model"
+
+
+def test_script_model_runs_offline_and_says_when_it_runs_out(proj):
+    proj.write("script.yaml", "- tool_calls: [{name: write_file, arguments: {path: a.txt, content: hi}}]\n")
+    proj.goal("g", prompt="hi", model="script:script.yaml")
+    out = proj.cli_json("goal", "g")
+    assert out["outcome"] == "error" and out["exit_code"] == 3
+    assert "has no reply left: all 1 replies were used" in out["error"]
+    assert (proj.root / "a.txt").read_text() == "hi"
+
+
+def test_bad_script_file_names_line_and_field(proj):
+    proj.write("script.yaml", "- content: hi\n- tool_calls: [{arguments: {}}]\n")
+    proj.goal("g", prompt="hi", model="script:script.yaml")
+    result = proj.cli("goal", "g")
+    assert result.exit_code in (2, 3)
+    assert "script.yaml:2: [1].tool_calls[0]: expected {name: TOOL" in result.output
