@@ -144,7 +144,7 @@ def test_secrets_stay_out_of_tools_transcript_and_output(proj, server, monkeypat
     )
     server.add({"tool_calls": [call("shell", command="env")]}, {"content": "done"})
     result = proj.cli("goal", "env")
-    tool_output = [m for m in server.requests[1]["messages"] if m["role"] == "tool"][0]["content"]
+    tool_output = next(m for m in server.requests[1]["messages"] if m["role"] == "tool")["content"]
     assert "PLAIN_SETTING=visible" in tool_output and "GITHUB_TOKEN=ghp-passed-on" in tool_output
     assert KEY not in tool_output and "hunter2-db" not in tool_output and "TEST_API_KEY" not in tool_output
     check_env = (proj.root / "check-env.txt").read_text()

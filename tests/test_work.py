@@ -139,7 +139,7 @@ def test_reasoning_content_is_not_sent_back(proj, server):
         {"reasoning_content": "secret chain of thought", "tool_calls": [call("list_files")]}, {"content": "done"}
     )
     proj.cli_json("goal", "think")
-    assistant = [m for m in server.requests[1]["messages"] if m["role"] == "assistant"][0]
+    assistant = next(m for m in server.requests[1]["messages"] if m["role"] == "assistant")
     assert "reasoning_content" not in assistant
     assert set(assistant) == {"role", "content", "tool_calls"}
 
