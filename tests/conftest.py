@@ -68,7 +68,7 @@ class Proj:
             [sys.executable, "-m", "runner", "-C", str(self.root), *args],
             capture_output=True,
             text=True,
-            env=test_env(),
+            env=child_env(),
             **kwargs,
         )
 
@@ -78,12 +78,12 @@ class Proj:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=test_env(),
+            env=child_env(),
             **kwargs,
         )
 
 
-def test_env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
     return {**os.environ, "TEST_API_KEY": KEY}
 
 
