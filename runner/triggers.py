@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from . import yamlfile
 from .config import Duration, Goal, Project, Strict, StrList
@@ -51,6 +51,20 @@ class Entry(Strict):
             data = {("on" if k is True else k): v for k, v in data.items()}
         return data
 
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, value: str | None) -> str | None:
+        if value is not None:
+            _cron_trigger(value, timezone.utc)
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, value: str | None) -> str | None:
+        if value is not None:
+            _zone(value)
+        return value
+
     @model_validator(mode="after")
     def _one_trigger(self) -> Entry:
         given = [name for name in TRIGGERS if getattr(self, name) is not None]
@@ -61,8 +75,6 @@ class Entry(Strict):
             raise ValueError("every: expected a duration above zero")
         if self.webhook is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", self.webhook):
             raise ValueError("webhook: expected a name of letters, digits, _ . or -")
-        if self.cron is not None:
-            self.cron_trigger()
         for name in ("at", "until"):
             value = getattr(self, name)
             if value is not None and value.tzinfo is None:
@@ -74,27 +86,34 @@ class Entry(Strict):
         return next(name for name in TRIGGERS if getattr(self, name) is not None)
 
     def cron_trigger(self) -> Any:
-        from apscheduler.triggers.cron import CronTrigger
-
-        fields = (self.cron or "").split()
-        if len(fields) != 5:
-            raise ValueError(f"cron: expected 5 fields (minute hour day month weekday), got {len(fields)}")
-        try:
-            return CronTrigger.from_crontab(self.cron, timezone=self.zone())
-        except ValueError as exc:
-            raise ValueError(f"cron: {exc}") from None
+        return _cron_trigger(self.cron or "", self.zone())
 
     def zone(self) -> Any:
+        """The entry's time zone; the machine's local zone when none is given."""
         if self.timezone is None:
             return datetime.now(timezone.utc).astimezone().tzinfo
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+        return _zone(self.timezone)
 
-        try:
-            return ZoneInfo(self.timezone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(
-                f"timezone: unknown time zone {self.timezone!r} (expected a name like Europe/Paris)"
-            ) from None
+
+def _cron_trigger(expression: str, zone: Any) -> Any:
+    from apscheduler.triggers.cron import CronTrigger
+
+    fields = expression.split()
+    if len(fields) != 5:
+        raise ValueError(f"expected 5 fields (minute hour day month weekday), got {len(fields)}")
+    try:
+        return CronTrigger.from_crontab(expression, timezone=zone)
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _zone(name: str) -> Any:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {name!r} (expected a name like Europe/Paris)") from None
 
 
 def load_schedules(project: Project, goals: dict[str, Goal], goal_names: set[str] | None = None) -> list[Entry]:
@@ -144,3 +163,59 @@ def _entry_id(stem: str, entry: Entry, taken: set[str]) -> str:
     while name in taken:
         name, n = f"{base}#{n}", n + 1
     return name
+
+
+def time_trigger(entry: Entry) -> Any:
+    """The APScheduler trigger of a cron, every or at entry (None for event triggers)."""
+    from apscheduler.triggers.date import DateTrigger
+    from apscheduler.triggers.interval import IntervalTrigger
+
+    if entry.cron is not None:
+        from .clock import OnceAWallTime
+
+        return OnceAWallTime(entry.cron_trigger(), fixed_hour=entry.cron.split()[1] != "*")
+    if entry.every is not None:
+        return IntervalTrigger(seconds=entry.every, end_date=entry.until, timezone=entry.zone())
+    if entry.at is not None:
+        return DateTrigger(run_date=entry.at)
+    return None
+
+
+def missed_fire(entry: Entry, last_fire: datetime | None, now: datetime) -> datetime | None:
+    """The first fire time after `last_fire` if it is already past (the daemon was down), else None."""
+    if entry.at is not None:
+        return entry.at if last_fire is None and entry.at <= now else None
+    if last_fire is None:
+        return None
+    if entry.every is not None:
+        fire = last_fire + timedelta(seconds=entry.every)
+    else:
+        fire = time_trigger(entry).get_next_fire_time(last_fire, last_fire + timedelta(microseconds=1))
+    return fire if fire is not None and fire <= now else None
+
+
+def describe(entry: Entry) -> str:
+    if entry.cron is not None:
+        return f"cron {entry.cron}" + (f" ({entry.timezone})" if entry.timezone else "")
+    if entry.every is not None:
+        return f"every {entry.every:g}s"
+    if entry.at is not None:
+        return f"at {entry.at.isoformat()}"
+    if entry.watch is not None:
+        return f"watch {', '.join(entry.watch)}"
+    if entry.webhook is not None:
+        return f"webhook /hooks/{entry.webhook}"
+    return f"after {entry.after} ({entry.on})"
+
+
+def next_fire(entry: Entry, last_fire: str | None) -> datetime | None:
+    """When a time entry fires next, as far as the store knows (None for event triggers)."""
+    now = datetime.now(timezone.utc)
+    if entry.every is not None:
+        last = datetime.fromisoformat(last_fire) if last_fire else now
+        return max(last + timedelta(seconds=entry.every), now)
+    if entry.at is not None:
+        return entry.at if entry.at > now and not last_fire else None
+    if entry.cron is not None:
+        return time_trigger(entry).get_next_fire_time(None, now)
+    return None

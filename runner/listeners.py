@@ -1,0 +1,123 @@
+"""The daemon's event sources: file changes (watch entries and hot reload) and the webhook listener."""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import hashlib
+import hmac
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .schedule import Daemon
+
+log = logging.getLogger("runner.daemon")
+IGNORED_PARTS = {".runner", ".git", "__pycache__", "node_modules", ".venv"}
+MAX_HEADER = 16_384
+
+
+def start_listeners(daemon: Daemon) -> list[asyncio.Task[Any]]:
+    tasks = [asyncio.create_task(watch_files(daemon))]
+    if any(e.webhook for e in daemon.config.entries):
+        tasks.append(asyncio.create_task(serve_webhooks(daemon)))
+    return tasks
+
+
+def glob_match(rel: str, pattern: str) -> bool:
+    """fnmatch, where `**/` also matches no folder at all (`docs/**/*.md` matches `docs/a.md`)."""
+    return fnmatch.fnmatchcase(rel, pattern) or (
+        "**/" in pattern and fnmatch.fnmatchcase(rel, pattern.replace("**/", ""))
+    )
+
+
+async def watch_files(daemon: Daemon) -> None:
+    """One watcher over the project; a watch entry fires once, `debounce` after the first matching change."""
+    from watchfiles import awatch
+
+    root = daemon.config.project.root
+    windows: dict[str, asyncio.Task[Any]] = {}
+
+    def relevant(_change: Any, path: str) -> bool:
+        return not IGNORED_PARTS.intersection(Path(path).parts)
+
+    async for changes in awatch(root, watch_filter=relevant, debounce=200, step=20, stop_event=daemon.stopping):
+        rels = {Path(path).resolve().relative_to(root).as_posix() for _, path in changes}
+        for entry in daemon.config.entries:
+            if not entry.watch or not entry.enabled:
+                continue
+            hits = sorted(rel for rel in rels if any(glob_match(rel, p) for p in entry.watch))
+            if not hits:
+                continue
+            if entry.id in windows and not windows[entry.id].done():
+                continue  # already waiting out this debounce window
+            slot = daemon.slots.get(entry.goal)
+            if slot is not None and slot.task is not None and not slot.task.done():
+                daemon.record(
+                    "skip", entry, f"{hits[0]} changed while the goal ran (its own writes do not retrigger it)"
+                )
+                continue
+            windows[entry.id] = asyncio.create_task(_after_debounce(daemon, entry, hits))
+
+
+async def _after_debounce(daemon: Daemon, entry: Any, hits: list[str]) -> None:
+    await asyncio.sleep(entry.debounce)
+    daemon.fire(entry, "watch")
+
+
+async def serve_webhooks(daemon: Daemon) -> None:
+    settings = daemon.settings.webhook
+    server = await asyncio.start_server(lambda r, w: _handle(daemon, r, w), settings.host, settings.port)
+    port = server.sockets[0].getsockname()[1]
+    (daemon.config.project.state / "webhook.port").write_text(str(port))
+    log.info("webhooks listen on http://%s:%d/hooks/NAME", settings.host, port)
+    async with server:
+        await server.serve_forever()
+
+
+async def _handle(daemon: Daemon, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        status, message = await _respond(daemon, reader)
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, ConnectionError):
+        status, message = 400, "bad request"
+    body = json.dumps({"status": status, "message": message}).encode()
+    writer.write(
+        b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+        % (status, message.encode()[:40], len(body), body)
+    )
+    try:
+        await writer.drain()
+    finally:
+        writer.close()
+
+
+async def _respond(daemon: Daemon, reader: asyncio.StreamReader) -> tuple[int, str]:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    if len(head) > MAX_HEADER:
+        return 431, "headers too large"
+    lines = head.decode("latin-1").split("\r\n")
+    method, path, _ = lines[0].split(" ", 2)
+    headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+    name = path.split("?")[0].removeprefix("/hooks/")
+    entry = next((e for e in daemon.config.entries if e.webhook == name and path.startswith("/hooks/")), None)
+    if method != "POST":
+        return 405, "method not allowed"
+    if entry is None:
+        return 404, "no such hook"
+    length = int(headers.get("content-length", "-1"))
+    if length < 0:
+        return 411, "length required"
+    if length > daemon.settings.webhook.max_body:
+        daemon.record("rejected", entry, f"webhook body of {length} bytes is over the limit")
+        return 413, "body too large"
+    body = await asyncio.wait_for(reader.readexactly(length), 10)
+    secret = (entry.secret or daemon.settings.webhook.secret or "").encode()
+    expected = "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+    given = headers.get("x-runner-signature") or headers.get("x-hub-signature-256") or ""
+    if not secret or not hmac.compare_digest(expected, given):
+        daemon.record("rejected", entry, "webhook with a bad signature")
+        return 401, "bad signature"
+    daemon.fire(entry, "webhook")
+    return 202, "accepted"

@@ -1,0 +1,329 @@
+"""The schedule loop (outer): `runner daemon` reruns goals on cron, intervals, dates, file changes, webhooks
+and other goals' outcomes, in one asyncio process on APScheduler's AsyncIOScheduler.
+
+Guarantees kept here, where the library has none:
+- one run per goal at a time; triggers that arrive meanwhile collapse into one follow-up run, and every
+  skip is recorded (APScheduler drops ticks under max_instances with only a log line);
+- `daemon.max_concurrent_runs` across goals;
+- catch-up of a fire missed while the daemon was down, once, from the store's last fire time per entry
+  (re-adding jobs loses APScheduler's own), within `misfire_grace`;
+- SIGTERM/SIGINT drain in-flight runs for `shutdown_grace`, then cancel them (their processes killed)
+  and record them `cancelled` (the asyncio executor ignores shutdown(wait=True));
+- runs left `running` by a dead process become `interrupted` at start;
+- `pause_after` runs in a row not achieved pause the entry until `runner resume`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import random
+import signal
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, TextIO
+
+from .checks import StoreApprover
+from .config import Goal, Project, goal_from_file, load_project
+from .errors import ConfigError, DaemonError
+from .store import Store
+from .triggers import Entry, load_schedules, missed_fire, time_trigger
+from .verify import RunResult, run_goal
+
+log = logging.getLogger("runner.daemon")
+GOOD = ("achieved", "satisfied")
+NOT_COUNTED = ("cancelled", "awaiting_approval")
+"""Outcomes that neither trip the circuit breaker nor chain `after` entries."""
+
+
+@dataclass
+class Config:
+    """The last good configuration: goals by name and schedule entries."""
+
+    project: Project
+    goals: dict[str, Goal]
+    entries: list[Entry]
+
+    @classmethod
+    def load(cls, root: Any) -> Config:
+        project = load_project(root)
+        goals: dict[str, Goal] = {}
+        problems: list[str] = []
+        for path in project.goal_files():
+            try:
+                goal = goal_from_file(project, path)
+                goals[goal.name] = goal
+            except ConfigError as exc:
+                problems += exc.problems
+        try:
+            entries = load_schedules(project, goals, set(goals) | {p.stem for p in project.goal_files()})
+        except ConfigError as exc:
+            problems += exc.problems
+        if problems:
+            raise ConfigError("invalid configuration", problems)
+        return cls(project, goals, entries)
+
+
+@dataclass
+class Slot:
+    """What the daemon knows of one goal: its running task and at most one follow-up."""
+
+    task: asyncio.Task[Any] | None = None
+    follow_up: tuple[Entry | None, str] | None = None
+    triggered: list[str] = field(default_factory=list)
+
+
+class Daemon:
+    def __init__(self, root: Any = None) -> None:
+        self.root = root
+        self.config = Config.load(root)
+        self.store = Store(self.config.project.state)
+        self.settings = self.config.project.config.daemon
+        self.slots: dict[str, Slot] = {}
+        self.semaphore = asyncio.Semaphore(self.settings.max_concurrent_runs)
+        self.stopping = asyncio.Event()
+        self.scheduler: Any = None
+        self.listeners: list[asyncio.Task[Any]] = []
+        self._lock: TextIO | None = None
+        self.stamp: tuple[Any, ...] = ()
+
+    # lifecycle
+    async def run(self) -> None:
+        self._take_lock()
+        from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        for run_id in self.store.mark_interrupted():
+            self.record("interrupted", detail=f"run {run_id} was left running by a process that is gone")
+        self.scheduler = AsyncIOScheduler(timezone=timezone.utc)
+        self.scheduler.start()
+        self.schedule_all()
+        self.catch_up()
+        from .listeners import start_listeners
+
+        self.listeners = start_listeners(self)
+        self.stamp = self.config_stamp()
+        self.listeners.append(asyncio.create_task(self.read_commands()))
+        log.info(
+            "daemon started: %d goals, %d entries, max %d runs at once",
+            len(self.config.goals),
+            len(self.config.entries),
+            self.settings.max_concurrent_runs,
+        )
+        await self.stopping.wait()
+        await self.shutdown()
+
+    async def shutdown(self) -> None:
+        log.info(
+            "shutting down: no new runs; %d running get %gs to finish",
+            len(self.running()),
+            self.settings.shutdown_grace,
+        )
+        self.scheduler.shutdown(wait=False)
+        for task in self.listeners:
+            task.cancel()
+        running = self.running()
+        if running:
+            _done, pending = await asyncio.wait(running, timeout=self.settings.shutdown_grace)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+        self.store.close()
+        log.info("daemon stopped")
+
+    def _take_lock(self) -> None:
+        path = self.config.project.state / "daemon.lock"
+        self._lock = path.open("a+")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise DaemonError(f"another daemon is already running for {self.config.project.root}") from None
+        self._lock.truncate(0)
+        self._lock.write(str(os.getpid()))
+        self._lock.flush()
+
+    def running(self) -> list[asyncio.Task[Any]]:
+        return [slot.task for slot in self.slots.values() if slot.task is not None and not slot.task.done()]
+
+    # scheduling
+    def schedule_all(self) -> None:
+        self.scheduler.remove_all_jobs()
+        for entry in self.config.entries:
+            trigger = time_trigger(entry) if entry.enabled else None
+            if trigger is None:
+                continue
+            if entry.at is not None and (self.store.entry(entry.id)["last_fire"] or entry.at <= _now()):
+                continue  # done already, or missed: catch_up decides
+            self.scheduler.add_job(
+                self.on_time,
+                trigger,
+                args=[entry.id],
+                id=entry.id,
+                coalesce=True,
+                max_instances=1000,
+                misfire_grace_time=max(1, int(entry.misfire_grace)),
+            )
+
+    def catch_up(self) -> None:
+        now = _now()
+        for entry in self.config.entries:
+            if not (entry.enabled and entry.catch_up) or time_trigger(entry) is None:
+                continue
+            last = self.store.entry(entry.id)["last_fire"]
+            missed = missed_fire(entry, datetime.fromisoformat(last) if last else None, now)
+            if missed is None:
+                continue
+            late = (now - missed).total_seconds()
+            if late <= entry.misfire_grace:
+                self.record("catch_up", entry, f"missed {missed.isoformat()} while down; running once")
+                self.fire(entry, "catch_up")
+            else:
+                self.record("skip", entry, f"missed {missed.isoformat()} by {late:.0f}s, beyond misfire_grace")
+            self.store.update_entry(entry.id, last_fire=now.isoformat())
+
+    async def on_time(self, entry_id: str) -> None:
+        entry = self.entry(entry_id)
+        if entry is None:
+            return
+        self.store.update_entry(entry.id, last_fire=_now().isoformat())
+        if entry.jitter:
+            await asyncio.sleep(random.uniform(0, entry.jitter))
+        self.fire(entry, entry.kind)
+
+    def entry(self, entry_id: str) -> Entry | None:
+        return next((e for e in self.config.entries if e.id == entry_id), None)
+
+    # runs
+    def fire(self, entry: Entry | None, trigger: str, goal_name: str | None = None, follow_up: bool = False) -> None:
+        """A trigger arrived: start the goal, or queue one follow-up, or record why not.
+
+        Every trigger is recorded once, and ends as exactly one `start` or one `skip` event.
+        """
+        name = entry.goal if entry is not None else goal_name or ""
+        if not follow_up:
+            self.record("trigger", entry, trigger, goal=name)
+        if self.stopping.is_set():
+            return self.record("skip", entry, "the daemon is shutting down", goal=name)
+        if entry is not None and self.store.entry(entry.id)["paused"]:
+            return self.record("skip", entry, "the entry is paused (runner resume to restart it)")
+        if entry is not None and entry.until is not None and _now() > entry.until:
+            return self.record("skip", entry, f"past until {entry.until.isoformat()}")
+        if name not in self.config.goals:
+            return self.record("skip", entry, f"unknown goal {name!r}", goal=name)
+        slot = self.slots.setdefault(name, Slot())
+        if slot.task is not None and not slot.task.done():
+            if slot.follow_up is None:
+                slot.follow_up = (entry, trigger)
+                return self.record("queued", entry, "the goal is running; one follow-up run queued", goal=name)
+            return self.record("skip", entry, "the goal is running and a follow-up is already queued", goal=name)
+        slot.task = asyncio.create_task(self.run_one(self.config.goals[name], entry, trigger))
+
+    async def run_one(self, goal: Goal, entry: Entry | None, trigger: str) -> None:
+        try:
+            async with self.semaphore:
+                if self.stopping.is_set():
+                    return self.record("skip", entry, "the daemon is shutting down", goal=goal.name)
+                self.record("start", entry, trigger, goal=goal.name)
+                checks_first = entry.checks_first if entry is not None and entry.checks_first else None
+                result = await run_goal(
+                    goal,
+                    self.store,
+                    trigger=trigger,
+                    entry=entry.id if entry else None,
+                    approver=StoreApprover(self.store),
+                    checks_first=checks_first,
+                )
+            self.finished(goal, entry, result)
+        except Exception as exc:  # a broken goal never stops the daemon
+            log.exception("goal %s failed", goal.name)
+            self.record("error", entry, f"{type(exc).__name__}: {exc}", goal=goal.name)
+        finally:
+            slot = self.slots[goal.name]
+            follow_up, slot.follow_up = slot.follow_up, None
+            slot.task = None
+            if follow_up is not None:
+                self.fire(follow_up[0], follow_up[1], goal.name, follow_up=True)
+
+    def finished(self, goal: Goal, entry: Entry | None, result: RunResult) -> None:
+        self.record("outcome", entry, f"{result.outcome} run {result.run_id}", goal=goal.name)
+        if result.outcome in NOT_COUNTED:
+            return
+        if entry is not None:
+            self.trip_breaker(entry, result.outcome in GOOD)
+        for chained in self.config.entries:
+            if chained.after == goal.name and chained.enabled and _matches(chained.on, result.outcome):
+                self.fire(chained, "after")
+
+    def trip_breaker(self, entry: Entry, good: bool) -> None:
+        failures = 0 if good else self.store.entry(entry.id)["failures"] + 1
+        self.store.update_entry(entry.id, failures=failures)
+        if entry.pause_after and failures >= entry.pause_after:
+            self.store.update_entry(entry.id, paused=1)
+            self.record(
+                "paused", entry, f"{failures} runs in a row not achieved; runner resume {entry.goal} restarts it"
+            )
+
+    # commands, reload
+    async def read_commands(self) -> None:
+        """Every poll interval: triggers sent by `runner trigger`, and a reload when a config file changed."""
+        seen = self.stamp
+        while True:
+            for kind, target in self.store.take_commands():
+                if kind == "trigger":
+                    self.fire(None, "manual", target)
+            stamp = self.config_stamp()
+            if stamp != seen:
+                seen = stamp
+                self.reload()
+            await asyncio.sleep(self.settings.poll_interval)
+
+    def config_stamp(self) -> tuple[tuple[str, int, int], ...]:
+        project = self.config.project
+        paths = [*project.goal_files(), *project.schedule_files(), project.root / "runner.yaml", project.root / ".env"]
+        return tuple((str(p), s.st_mtime_ns, s.st_size) for p in paths if p.exists() for s in [p.stat()])
+
+    def reload(self) -> None:
+        try:
+            config = Config.load(self.root)
+        except ConfigError as exc:
+            log.error("reload failed; keeping the last good configuration:\n  %s", "\n  ".join(exc.problems))
+            self.store.log_event("reload_failed", detail="\n".join(exc.problems))
+            return
+        self.config = config
+        self.schedule_all()
+        self.record("reloaded", detail=f"{len(config.goals)} goals, {len(config.entries)} entries")
+
+    def record(self, kind: str, entry: Entry | None = None, detail: str = "", goal: str | None = None) -> None:
+        goal = goal or (entry.goal if entry is not None else None)
+        where = f"{goal} [{entry.id}]" if entry is not None else (goal or "")
+        log.info("%-9s %s %s", kind, where, detail)
+        self.store.log_event(kind, goal, entry.id if entry is not None else None, detail)
+
+
+def _matches(on: str, outcome: str) -> bool:
+    return on == "any" or (on == "achieved") == (outcome in GOOD)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def daemon_pid(project: Project) -> int | None:
+    """The pid of the daemon running for this project, if one holds the lock."""
+    path = project.state / "daemon.lock"
+    if not path.exists():
+        return None
+    with path.open("a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            text = handle.read().strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return None
