@@ -98,7 +98,7 @@ def test_sigterm_past_the_grace_cancels_and_kills(proj, daemons):
 
 
 def test_sigkill_then_restart_marks_interrupted(proj, daemons):
-    monitor(proj, "hang", check="sleep 30")
+    monitor(proj, "hang", check="sleep 30.3")
     schedule(proj, {"goal": "hang", "every": "0.5s", "checks_first": True})
     daemon = daemons(proj)
     daemon.wait_log("start     hang")

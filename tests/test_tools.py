@@ -111,11 +111,11 @@ def test_long_outputs_keep_head_and_tail(box: Toolbox):
 
 
 def test_shell_timeout_kills_the_process_group(box: Toolbox, tmp_path: Path):
-    result = use(box, "shell", command="(sleep 30; echo late > late.txt) & sleep 30", timeout=0.5)
+    result = use(box, "shell", command="(sleep 31.7; echo late > late.txt) & sleep 31.7", timeout=0.5)
     assert result.startswith("timed out after 0.5s and was killed")
     asyncio.run(asyncio.sleep(0.3))
     ps = os.popen("ps -eo args").read()
-    assert "sleep 30" not in ps
+    assert "sleep 31.7" not in ps
     assert not (tmp_path / "work/late.txt").exists()
 
 
