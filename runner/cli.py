@@ -273,9 +273,9 @@ def validate(ctx: click.Context) -> None:
 @reports_errors
 def runs(ctx: click.Context, goal_name: str | None, limit: int | None, as_json: bool) -> None:
     """The history of runs, oldest first."""
-    from rich.console import Console
     from rich.table import Table
 
+    from .display import table_console
     from .store import RUN_FIELDS, Store
 
     store = Store(project_of(ctx).state)
@@ -296,7 +296,7 @@ def runs(ctx: click.Context, goal_name: str | None, limit: int | None, as_json: 
             str(row["tokens"]),
             row["started"][:19].replace("T", " "),
         )
-    Console().print(table)
+    table_console().print(table)
 
 
 @main.command()
@@ -427,8 +427,9 @@ def list_goals(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from .display import table_console
 
     table = Table("goal", "trigger", "next fire", "last outcome", "state")
     for row in rows:
@@ -440,7 +441,7 @@ def list_goals(ctx: click.Context, as_json: bool) -> None:
             row["last_outcome"] or "-",
             state,
         )
-    Console().print(table)
+    table_console().print(table)
 
 
 @main.command()

@@ -80,6 +80,14 @@ class Display:
         self.console.print(f"  [dim]feedback sent back to the model:\n{escape(shown)}{more}[/]")
 
 
+def table_console() -> Console:
+    """A console for tables on stdout: as wide as the terminal, or wide enough not to wrap in a pipe."""
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = 200
+    return console
+
+
 def outcome_line(result: dict[str, Any]) -> str:
     """`Goal achieved · 2 attempts · 7 steps · 12.3k tokens · 41s`."""
     attempts = result["attempts"]
