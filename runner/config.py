@@ -118,7 +118,6 @@ class Check(Strict):
     """Question a person answers."""
     files: StrList = Field(default_factory=list)
     timeout: Duration = 60.0
-    judge_model: str | dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> Check:

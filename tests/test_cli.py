@@ -1,0 +1,70 @@
+"""The command line: init, the example project, runs/show/list output, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from runner.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+TEMPLATES = REPO / "runner" / "templates"
+
+
+def test_init_writes_a_working_example_that_runs_offline(tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    runner = CliRunner()
+    result = runner.invoke(main, ["init", str(tmp_path / "demo")])
+    assert result.exit_code == 0 and "wrote" in result.output
+    demo = ["-C", str(tmp_path / "demo")]
+    assert runner.invoke(main, [*demo, "validate"]).output.strip() == "valid: 1 goal(s), 1 schedule entry"
+    result = runner.invoke(main, [*demo, "goal", "haiku", "--json"])
+    out = json.loads(result.output)
+    assert result.exit_code == 0 and (out["outcome"], out["attempts"]) == ("achieved", 2)
+    assert len((tmp_path / "demo" / "haiku.txt").read_text().splitlines()) == 3
+    again = runner.invoke(main, ["init", str(tmp_path / "demo")])
+    assert "kept" in again.output and (tmp_path / "demo/verifiers/haiku.py").read_text()
+
+
+def test_the_repository_example_is_the_init_template():
+    for template in TEMPLATES.rglob("*"):
+        if template.is_file() and "__pycache__" not in template.parts:
+            twin = REPO / template.relative_to(TEMPLATES)
+            assert twin.read_text() == template.read_text(), f"{twin} differs from {template}"
+
+
+def test_quiet_prints_only_the_outcome_line(proj, server):
+    proj.goal("g", prompt="hi")
+    server.add({"content": "hello"})
+    result = proj.cli("goal", "g", "--quiet")
+    assert result.exit_code == 0
+    assert result.stdout.strip().startswith("Goal achieved · 1 attempt · 1 step · ")
+    assert len(result.stdout.strip().splitlines()) == 1
+
+
+def test_runs_and_show_json(proj, server):
+    proj.goal("g", prompt="hi")
+    server.add({"content": "one"}, {"content": "two"})
+    first = proj.cli_json("goal", "g")
+    proj.cli_json("goal", "g")
+    runs = json.loads(proj.cli("runs", "--json").output)
+    assert runs[0]["run_id"] == first["run_id"] and len(runs) == 2
+    assert set(runs[0]) == {"run_id", "goal", "trigger", "outcome", "started", "ended", "attempts", "steps", "tokens"}
+    assert json.loads(proj.cli("runs", "--goal", "other", "--json").output) == []
+    shown = proj.cli_json("show", first["run_id"])
+    assert shown["final_message"] == "one" and shown["transcript"][-1]["kind"] == "outcome"
+    assert proj.cli("show", "nope").exit_code == 3
+    assert "no run with id 'nope'" in proj.cli("show", "nope").stderr
+
+
+def test_live_display_shows_steps_and_checks(proj, server):
+    proj.goal("g", prompt="hi", verify={"checks": [{"name": "exists", "run": "test -f a.txt"}]})
+    server.add(
+        {"tool_calls": [{"name": "shell", "arguments": {"command": "touch a.txt && exit 3"}}]}, {"content": "done"}
+    )
+    result = proj.cli("goal", "g")
+    assert "step 1  shell: touch a.txt && exit 3  -> exit 3" in result.stderr
+    assert "✓ pass  exists" in result.stderr
+    assert result.stdout.startswith("Goal achieved · 1 attempt · 2 steps")
