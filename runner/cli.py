@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import shutil
@@ -10,12 +9,14 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from .config import Goal, Project, build_goal, goal_from_file, load_goal, load_project
 from .errors import ConfigError, RunnerError
+
+if TYPE_CHECKING:
+    from .config import Goal, Project
 
 T = TypeVar("T")
 EXIT = {
@@ -58,6 +59,8 @@ def reports_errors(command: Callable[..., Any]) -> Callable[..., Any]:
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine; SIGINT and SIGTERM cancel it, so it can record `cancelled` and kill its processes."""
 
+    import asyncio
+
     async def main() -> T:
         task = asyncio.ensure_future(coro)
         loop = asyncio.get_running_loop()
@@ -69,6 +72,8 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def project_of(ctx: click.Context) -> Project:
+    from .config import load_project
+
     return load_project(ctx.obj)
 
 
@@ -150,6 +155,8 @@ def goal(
     quiet: bool,
 ) -> None:
     """Run one goal once (NAME or FILE, or an inline -p PROMPT): work + verify."""
+    from .config import build_goal, load_goal
+
     project = project_of(ctx)
     extra = overrides(model, max_steps, max_attempts or attempts, workdir)
     if prompt is not None and name is not None:
@@ -201,6 +208,7 @@ def execute(project: Project, the_goal: Goal, checks_first: bool | None, as_json
 def check(ctx: click.Context, name: str, as_json: bool) -> None:
     """Run a goal's checks alone, with no work; exit 0 when all pass."""
     from .checks import CheckContext, TerminalApprover, run_checks
+    from .config import load_goal
     from .display import Display
     from .model import Model
 
@@ -237,6 +245,7 @@ def check(ctx: click.Context, name: str, as_json: bool) -> None:
 @click.pass_context
 def validate(ctx: click.Context) -> None:
     """Validate runner.yaml, every goal and every schedule file."""
+    from .config import goal_from_file
     from .triggers import load_schedules
 
     problems: list[str] = []
@@ -391,7 +400,9 @@ def daemon(ctx: click.Context, verbose: bool) -> None:
     async def serve() -> None:
         await Daemon(ctx.obj).run()
 
-    asyncio.run(serve())
+    import asyncio
+
+    asyncio.run(serve())  # the daemon handles SIGTERM/SIGINT itself: drain, then cancel
 
 
 @main.command(name="list")

@@ -47,6 +47,7 @@ class Model:
             api_key=api_key,
             max_retries=config.max_retries,
             timeout=config.request_timeout,
+            http_client=_http_client(),
         )
         self._encoded: dict[int, tuple[dict[str, Any], bytes]] = {}
         self._script_url: str | None = None
@@ -139,6 +140,25 @@ class Model:
         data = json.dumps(message, ensure_ascii=False).encode()
         self._encoded[id(message)] = (message, data)
         return data
+
+
+_ssl_context: Any = None
+
+
+def _http_client() -> Any:
+    """An HTTP client for one Model, sharing one TLS context with every other.
+
+    Loading the CA bundle costs ~40 ms of CPU; a daemon starting 200 goals at once would spend 8 s
+    on it. One connection pool per model keeps the pool small (httpcore scans every connection of a
+    pool on every request, which is quadratic when 200 runs share one).
+    """
+    global _ssl_context
+    import httpx2
+    import openai
+
+    if _ssl_context is None:
+        _ssl_context = httpx2.create_ssl_context()
+    return openai.DefaultAsyncHttpxClient(verify=_ssl_context)
 
 
 def _protocol_message(message: dict[str, Any]) -> dict[str, Any]:

@@ -88,10 +88,12 @@ class Daemon:
         self.listeners: list[asyncio.Task[Any]] = []
         self._lock: TextIO | None = None
         self.stamp: tuple[Any, ...] = ()
+        self.due: dict[str, datetime] = {}
 
     # lifecycle
     async def run(self) -> None:
         self._take_lock()
+        from apscheduler.events import EVENT_JOB_SUBMITTED
         from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
         loop = asyncio.get_running_loop()
@@ -99,7 +101,10 @@ class Daemon:
             loop.add_signal_handler(sig, self.stopping.set)
         for run_id in self.store.mark_interrupted():
             self.record("interrupted", detail=f"run {run_id} was left running by a process that is gone")
+        import openai  # noqa: F401  (imported once here, not inside the first run while others wait)
+
         self.scheduler = AsyncIOScheduler(timezone=timezone.utc)
+        self.scheduler.add_listener(self._due, EVENT_JOB_SUBMITTED)
         self.scheduler.start()
         self.schedule_all()
         self.catch_up()
@@ -186,20 +191,32 @@ class Daemon:
                 self.record("skip", entry, f"missed {missed.isoformat()} by {late:.0f}s, beyond misfire_grace")
             self.store.update_entry(entry.id, last_fire=now.isoformat())
 
+    def _due(self, event: Any) -> None:
+        """APScheduler tells when a job was due just before it runs; the start delay is measured from it."""
+        self.due[event.job_id] = event.scheduled_run_times[-1]
+
     async def on_time(self, entry_id: str) -> None:
         entry = self.entry(entry_id)
+        due = self.due.pop(entry_id, None)
         if entry is None:
             return
         self.store.update_entry(entry.id, last_fire=_now().isoformat())
         if entry.jitter:
             await asyncio.sleep(random.uniform(0, entry.jitter))
-        self.fire(entry, entry.kind)
+        self.fire(entry, entry.kind, due=due)
 
     def entry(self, entry_id: str) -> Entry | None:
         return next((e for e in self.config.entries if e.id == entry_id), None)
 
     # runs
-    def fire(self, entry: Entry | None, trigger: str, goal_name: str | None = None, follow_up: bool = False) -> None:
+    def fire(
+        self,
+        entry: Entry | None,
+        trigger: str,
+        goal_name: str | None = None,
+        follow_up: bool = False,
+        due: datetime | None = None,
+    ) -> None:
         """A trigger arrived: start the goal, or queue one follow-up, or record why not.
 
         Every trigger is recorded once, and ends as exactly one `start` or one `skip` event.
@@ -221,14 +238,14 @@ class Daemon:
                 slot.follow_up = (entry, trigger)
                 return self.record("queued", entry, "the goal is running; one follow-up run queued", goal=name)
             return self.record("skip", entry, "the goal is running and a follow-up is already queued", goal=name)
-        slot.task = asyncio.create_task(self.run_one(self.config.goals[name], entry, trigger))
+        slot.task = asyncio.create_task(self.run_one(self.config.goals[name], entry, trigger, due))
 
-    async def run_one(self, goal: Goal, entry: Entry | None, trigger: str) -> None:
+    async def run_one(self, goal: Goal, entry: Entry | None, trigger: str, due: datetime | None = None) -> None:
         try:
             async with self.semaphore:
                 if self.stopping.is_set():
                     return self.record("skip", entry, "the daemon is shutting down", goal=goal.name)
-                self.record("start", entry, trigger, goal=goal.name)
+                self.record("start", entry, f"{trigger} due {due.isoformat()}" if due else trigger, goal=goal.name)
                 checks_first = entry.checks_first if entry is not None and entry.checks_first else None
                 result = await run_goal(
                     goal,

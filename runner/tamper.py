@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,21 +14,32 @@ NOT_LOCKED = {".runner"}
 """runner's own state changes during a run; the file tools already refuse it."""
 
 
+Stamp = tuple[int, int, int, int]
+"""(inode, size, mtime_ns, ctime_ns): any write changes ctime, which no unprivileged tool can set back."""
+
+_contents: dict[Path, tuple[Stamp, bytes]] = {}
+"""Content of protected files by path, reused while their stamp holds (many runs share one project)."""
+
+
 @dataclass
 class Snapshot:
     root: Path
+    stamps: dict[str, Stamp]
     files: dict[str, bytes]
     patterns: list[str]
 
     @classmethod
     def take(cls, goal: Goal) -> Snapshot:
         patterns = [p for p in ALWAYS_PROTECTED if p not in NOT_LOCKED] + goal.protect + check_scripts(goal)
-        return cls(goal.root, _read(goal.root, patterns), patterns)
+        stamps = _stamps(goal.root, patterns)
+        return cls(
+            goal.root, stamps, {rel: _content(goal.root / rel, stamp) for rel, stamp in stamps.items()}, patterns
+        )
 
     def changes(self) -> list[str]:
         """Paths created, changed or deleted since the snapshot, relative to the root."""
-        now = _read(self.root, self.patterns)
-        return sorted(p for p in self.files.keys() | now.keys() if self.files.get(p) != now.get(p))
+        now = _stamps(self.root, self.patterns)
+        return sorted(p for p in self.stamps.keys() | now.keys() if self.stamps.get(p) != now.get(p))
 
     def restore(self, paths: list[str]) -> None:
         for rel in paths:
@@ -40,19 +53,43 @@ class Snapshot:
                 full.unlink()
 
 
-def _read(root: Path, patterns: list[str]) -> dict[str, bytes]:
-    files: dict[str, bytes] = {}
+def _content(path: Path, stamp: Stamp) -> bytes:
+    cached = _contents.get(path)
+    if cached is None or cached[0] != stamp:
+        cached = (stamp, path.read_bytes())
+        _contents[path] = cached
+    return cached[1]
+
+
+def _stamps(root: Path, patterns: list[str]) -> dict[str, Stamp]:
+    """The stamp of every file under the protected patterns, by path relative to the root."""
+    stamps: dict[str, Stamp] = {}
     for pattern in patterns:
-        base = root / pattern.removesuffix("/**")
-        if base.is_file():
-            candidates = [base]
-        elif base.is_dir():
-            candidates = [p for p in base.rglob("*") if p.is_file()]
-        else:
-            candidates = [p for p in root.glob(pattern) if p.is_file()]
-        for path in candidates:
-            try:
-                files[path.relative_to(root).as_posix()] = path.read_bytes()
-            except OSError:
-                continue
-    return files
+        rel = pattern.removesuffix("/**").strip("/")
+        top = root / rel
+        if top.is_dir():
+            _walk(str(top), rel + "/", stamps)
+        elif top.is_file():
+            _add(str(top), rel, stamps)
+        elif any(c in pattern for c in "*?["):
+            for path in root.glob(pattern):
+                _add(str(path), path.relative_to(root).as_posix(), stamps)
+    return stamps
+
+
+def _walk(folder: str, prefix: str, stamps: dict[str, Stamp]) -> None:
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                _walk(entry.path, f"{prefix}{entry.name}/", stamps)
+            else:
+                _add(entry.path, prefix + entry.name, stamps)
+
+
+def _add(path: str, rel: str, stamps: dict[str, Stamp]) -> None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    if stat.S_ISREG(st.st_mode):
+        stamps[rel] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)

@@ -84,14 +84,17 @@ def load(path: Path, root: Path | None = None, environ: dict[str, str] | None = 
         raise ConfigError(f"{shown}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{shown}: not UTF-8 text") from None
+    loader = yaml.SafeLoader(text)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.load(text, Loader=yaml.SafeLoader)
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else 1
         reason = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{shown}:{line}: invalid YAML: {reason}") from None
+    finally:
+        loader.dispose()
     doc = Document(path=path, data=data, shown=shown)
     if node is not None:
         _index(node, (), doc.lines)
