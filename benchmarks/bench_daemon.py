@@ -133,24 +133,30 @@ def many_goals(goals: int = 200, rounds: int = 3, latency: float = 1.0) -> dict[
             store = Store(root / ".runner")
             for name in names:
                 store.send_command("trigger", name)
-            with daemon(root):
+            with daemon(root) as proc:
+                before = cpu_seconds(proc.pid)
                 deadline = time.monotonic() + 120
                 while time.monotonic() < deadline:
                     runs = store.runs()
                     if len(runs) == goals and all(r["ended"] for r in runs):
                         break
                     time.sleep(0.2)
+                cpu = cpu_seconds(proc.pid) - before
             runs = store.runs()
     finally:
         server.terminate()
         server.wait()
-    started = min(datetime.fromisoformat(r["started"]) for r in runs)
+    starts = sorted(datetime.fromisoformat(r["started"]) for r in runs)
     ended = max(datetime.fromisoformat(r["ended"]) for r in runs if r["ended"])
-    total = (ended - started).total_seconds()
+    total = (ended - starts[0]).total_seconds()
+    durations = sorted((datetime.fromisoformat(r["ended"]) - datetime.fromisoformat(r["started"])).total_seconds()
+                       for r in runs if r["ended"])
     ideal = rounds * latency
     outcomes = sorted({r["outcome"] for r in runs})
     return {"goals": len(runs), "outcomes": ",".join(outcomes), "total_s": total, "ideal_s": ideal,
-            "ratio": total / ideal}
+            "ratio": total / ideal, "start_spread_s": (starts[-1] - starts[0]).total_seconds(),
+            "median_run_s": durations[len(durations) // 2],
+            "daemon_cpu_s": cpu}
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ NOT_LOCKED = {".runner"}
 Stamp = tuple[int, int, int, int]
 """(inode, size, mtime_ns, ctime_ns): any write changes ctime, which no unprivileged tool can set back."""
 
-_contents: dict[Path, tuple[Stamp, bytes]] = {}
+_contents: dict[str, tuple[Stamp, bytes]] = {}
 """Content of protected files by path, reused while their stamp holds (many runs share one project)."""
 
 
@@ -53,10 +53,11 @@ class Snapshot:
                 full.unlink()
 
 
-def _content(path: Path, stamp: Stamp) -> bytes:
+def _content(path: str, stamp: Stamp) -> bytes:
     cached = _contents.get(path)
     if cached is None or cached[0] != stamp:
-        cached = (stamp, path.read_bytes())
+        with open(path, "rb") as file:
+            cached = (stamp, file.read())
         _contents[path] = cached
     return cached[1]
 
