@@ -32,9 +32,8 @@ class Snapshot:
     def take(cls, goal: Goal) -> Snapshot:
         patterns = [p for p in ALWAYS_PROTECTED if p not in NOT_LOCKED] + goal.protect + check_scripts(goal)
         stamps = _stamps(goal.root, patterns)
-        return cls(
-            goal.root, stamps, {rel: _content(goal.root / rel, stamp) for rel, stamp in stamps.items()}, patterns
-        )
+        base = f"{goal.root}{os.sep}"
+        return cls(goal.root, stamps, {rel: _content(base + rel, stamp) for rel, stamp in stamps.items()}, patterns)
 
     def changes(self) -> list[str]:
         """Paths created, changed or deleted since the snapshot, relative to the root."""
