@@ -25,8 +25,9 @@ TICK = os.sysconf("SC_CLK_TCK")
 def project(folder: Path, goals: dict[str, dict], entries: list[dict], daemon: dict) -> Path:
     (folder / "goals").mkdir(parents=True)
     (folder / "schedules").mkdir()
-    (folder / "runner.yaml").write_text(yaml.safe_dump({"model": {"name": "unused", "api_key_env": None},
-                                                        "daemon": daemon}))
+    (folder / "runner.yaml").write_text(
+        yaml.safe_dump({"model": {"name": "unused", "api_key_env": None}, "daemon": daemon})
+    )
     for name, goal in goals.items():
         (folder / "goals" / f"{name}.yaml").write_text(yaml.safe_dump(goal))
     (folder / "schedules" / "bench.yaml").write_text(yaml.safe_dump(entries))
@@ -34,14 +35,20 @@ def project(folder: Path, goals: dict[str, dict], entries: list[dict], daemon: d
 
 
 def noop(checks_first: bool = True) -> dict:
-    return {"prompt": "nothing to do", "verify": {"checks_first": checks_first, "max_attempts": 1,
-                                                  "checks": [{"run": "true"}]}}
+    return {
+        "prompt": "nothing to do",
+        "verify": {"checks_first": checks_first, "max_attempts": 1, "checks": [{"run": "true"}]},
+    }
 
 
 @contextmanager
 def daemon(root: Path) -> Any:
-    proc = subprocess.Popen([PYTHON, "-m", "runner", "-C", str(root), "daemon"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "runner", "-C", str(root), "daemon"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     ready = threading.Event()
 
     def read() -> None:
@@ -89,14 +96,20 @@ def start_delay(goals: int = 100, seconds: float = 20.0) -> dict[str, float]:
 
     with tempfile.TemporaryDirectory() as folder:
         names = [f"noop{i:03d}" for i in range(goals)]
-        root = project(Path(folder), {n: noop() for n in names}, [{"goal": n, "every": "1s"} for n in names],
-                       {"max_concurrent_runs": goals})
+        root = project(
+            Path(folder),
+            {n: noop() for n in names},
+            [{"goal": n, "every": "1s"} for n in names],
+            {"max_concurrent_runs": goals},
+        )
         with daemon(root):
             time.sleep(seconds)
         events = Store(root / ".runner").events("start")
     delays = sorted(
         (datetime.fromisoformat(e["at"]) - datetime.fromisoformat(e["detail"].split(" due ")[1])).total_seconds()
-        for e in events if " due " in e["detail"])
+        for e in events
+        if " due " in e["detail"]
+    )
     p = lambda q: delays[min(len(delays) - 1, int(q * len(delays)))]  # noqa: E731
     return {"starts": len(delays), "p50_s": p(0.50), "p99_s": p(0.99), "max_s": delays[-1]}
 
@@ -119,15 +132,19 @@ import threading; threading.Event().wait()
 def many_goals(goals: int = 200, rounds: int = 3, latency: float = 1.0) -> dict[str, float]:
     from runner.store import Store
 
-    server = subprocess.Popen([PYTHON, "-c", ROUNDS_SERVER, str(rounds), str(latency)], stdout=subprocess.PIPE,
-                              text=True)
+    server = subprocess.Popen(
+        [PYTHON, "-c", ROUNDS_SERVER, str(rounds), str(latency)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert server.stdout is not None
         url = server.stdout.readline().strip()
         with tempfile.TemporaryDirectory() as folder:
             names = [f"g{i:03d}" for i in range(goals)]
-            goal = {"prompt": "read note.txt", "tools": ["read_file"],
-                    "model": {"name": "m", "base_url": url, "api_key_env": None}}
+            goal = {
+                "prompt": "read note.txt",
+                "tools": ["read_file"],
+                "model": {"name": "m", "base_url": url, "api_key_env": None},
+            }
             root = project(Path(folder), {n: goal for n in names}, [], {"max_concurrent_runs": goals})
             (root / "note.txt").write_text("a note\n")
             store = Store(root / ".runner")
@@ -149,14 +166,23 @@ def many_goals(goals: int = 200, rounds: int = 3, latency: float = 1.0) -> dict[
     starts = sorted(datetime.fromisoformat(r["started"]) for r in runs)
     ended = max(datetime.fromisoformat(r["ended"]) for r in runs if r["ended"])
     total = (ended - starts[0]).total_seconds()
-    durations = sorted((datetime.fromisoformat(r["ended"]) - datetime.fromisoformat(r["started"])).total_seconds()
-                       for r in runs if r["ended"])
+    durations = sorted(
+        (datetime.fromisoformat(r["ended"]) - datetime.fromisoformat(r["started"])).total_seconds()
+        for r in runs
+        if r["ended"]
+    )
     ideal = rounds * latency
     outcomes = sorted({r["outcome"] for r in runs})
-    return {"goals": len(runs), "outcomes": ",".join(outcomes), "total_s": total, "ideal_s": ideal,
-            "ratio": total / ideal, "start_spread_s": (starts[-1] - starts[0]).total_seconds(),
-            "median_run_s": durations[len(durations) // 2],
-            "daemon_cpu_s": cpu}
+    return {
+        "goals": len(runs),
+        "outcomes": ",".join(outcomes),
+        "total_s": total,
+        "ideal_s": ideal,
+        "ratio": total / ideal,
+        "start_spread_s": (starts[-1] - starts[0]).total_seconds(),
+        "median_run_s": durations[len(durations) // 2],
+        "daemon_cpu_s": cpu,
+    }
 
 
 if __name__ == "__main__":

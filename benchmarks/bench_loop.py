@@ -20,9 +20,14 @@ from common import alternate, median, scripted_server, timed
 ROUNDS = 200
 NOTE = Path(tempfile.mkdtemp()) / "note.txt"
 NOTE.write_text("a short note\n")
-TOOL = {"type": "function", "function": {
-    "name": "read_file", "description": "Read a text file.",
-    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "read_file",
+        "description": "Read a text file.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    },
+}
 SYSTEM = {"role": "system", "content": "You are a benchmark agent."}
 USER = {"role": "user", "content": "Read note.txt again and again."}
 
@@ -49,8 +54,13 @@ async def httpx_loop(url: str) -> None:
         while True:
             response = await http.post("/chat/completions", json={"model": "m", "messages": messages, "tools": [TOOL]})
             message = response.json()["choices"][0]["message"]
-            messages.append({"role": "assistant", "content": message["content"],
-                             **({"tool_calls": message["tool_calls"]} if message.get("tool_calls") else {})})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": message["content"],
+                    **({"tool_calls": message["tool_calls"]} if message.get("tool_calls") else {}),
+                }
+            )
             if not message.get("tool_calls"):
                 return
             for call in message["tool_calls"]:
@@ -82,10 +92,13 @@ async def runner_loop(url: str) -> None:
     from runner.work import WorkLoop
 
     config = ModelConfig(name="m", base_url=url, api_key_env=None)
-    goal = Goal(name="bench", prompt=USER["content"], model=config, tools=[ToolEntry(name="read_file")],
-                root=NOTE.parent)
+    goal = Goal(
+        name="bench", prompt=USER["content"], model=config, tools=[ToolEntry(name="read_file")], root=NOTE.parent
+    )
     model = Model.open(config, NOTE.parent)
-    result = await WorkLoop(model, Toolbox.for_goal(goal), Limits(max_steps=ROUNDS + 5, max_tokens=10**12)).run([SYSTEM, USER])
+    result = await WorkLoop(model, Toolbox.for_goal(goal), Limits(max_steps=ROUNDS + 5, max_tokens=10**12)).run(
+        [SYSTEM, USER]
+    )
     assert result.steps == ROUNDS + 1, (result.stop_reason, result.steps)
     await model.aclose()
 
@@ -103,12 +116,11 @@ async def agents_loop(url: str) -> None:
 
 
 async def pydantic_ai_loop(url: str) -> None:
+    import openai
     from pydantic_ai import Agent
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
     from pydantic_ai.usage import UsageLimits
-
-    import openai
 
     client = openai.AsyncOpenAI(base_url=url, api_key="x")
     model = OpenAIChatModel("m", provider=OpenAIProvider(openai_client=client))
@@ -120,14 +132,22 @@ async def pydantic_ai_loop(url: str) -> None:
 async def smolagents_loop(url: str) -> None:
     from smolagents import OpenAIServerModel, ToolCallingAgent, tool
 
-    agent = ToolCallingAgent(tools=[tool(read_file)], model=OpenAIServerModel(model_id="m", api_base=url, api_key="x"),
-                             max_steps=ROUNDS + 5, verbosity_level=0)
+    agent = ToolCallingAgent(
+        tools=[tool(read_file)],
+        model=OpenAIServerModel(model_id="m", api_base=url, api_key="x"),
+        max_steps=ROUNDS + 5,
+        verbosity_level=0,
+    )
     await asyncio.to_thread(agent.run, USER["content"])
 
 
 FINAL_TOOL = {"tool_calls": [{"name": "final_answer", "arguments": {"answer": "done"}}]}
 CORE = {"httpx": (httpx_loop, None), "openai": (openai_loop, None), "runner": (runner_loop, None)}
-PEERS = {"agents": (agents_loop, None), "pydantic-ai": (pydantic_ai_loop, None), "smolagents": (smolagents_loop, FINAL_TOOL)}
+PEERS = {
+    "agents": (agents_loop, None),
+    "pydantic-ai": (pydantic_ai_loop, None),
+    "smolagents": (smolagents_loop, FINAL_TOOL),
+}
 PEER_MODULES = {"agents": "agents", "pydantic-ai": "pydantic_ai", "smolagents": "smolagents"}
 
 
@@ -147,11 +167,13 @@ def available_peers() -> dict[str, Any]:
 
 def run(reps: int = 5, peers: bool = True) -> dict[str, dict[str, float]]:
     chosen = {**CORE, **(available_peers() if peers else {})}
-    for name, (loop, final) in chosen.items():  # warm imports and caches once, untimed
+    for _name, (loop, final) in chosen.items():  # warm imports and caches once, untimed
         contender(loop, final)()
     results = alternate({name: contender(*spec) for name, spec in chosen.items()}, reps)
-    return {name: {"cpu_ms_per_step": median([c for c, _ in rows]) / ROUNDS * 1000,
-                   "wall_s": median([w for _, w in rows])} for name, rows in results.items()}
+    return {
+        name: {"cpu_ms_per_step": median([c for c, _ in rows]) / ROUNDS * 1000, "wall_s": median([w for _, w in rows])}
+        for name, rows in results.items()
+    }
 
 
 if __name__ == "__main__":

@@ -21,8 +21,9 @@ def scripted_server(replies: list[dict[str, Any]], latency: float = 0.0) -> Iter
     """runner.testing's server in a separate process (so its CPU is not the client's); yields base_url."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as script:
         json.dump(replies, script)
-    proc = subprocess.Popen([PYTHON, "-m", "runner.testing", script.name, "--latency", str(latency)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "runner.testing", script.name, "--latency", str(latency)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout is not None
         yield proc.stdout.readline().strip()

@@ -18,6 +18,7 @@ A reply is a mapping:
     usage: {prompt_tokens, completion_tokens}
     status: int, error: str         answer with an HTTP error instead
     delay: seconds                  wait before answering
+    drop: true                      close the connection without an answer (a reset)
 or a callable taking the request (a dict) and returning such a mapping.
 
 Sessions: `/v1/...` serves the server's own script; `/s/SID/v1/...` serves session SID's script
@@ -38,7 +39,17 @@ from typing import Any
 from .errors import ConfigError
 
 Reply = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
-REPLY_FIELDS = {"content", "tool_calls", "reasoning_content", "finish_reason", "usage", "status", "error", "delay"}
+REPLY_FIELDS = {
+    "content",
+    "tool_calls",
+    "reasoning_content",
+    "finish_reason",
+    "usage",
+    "status",
+    "error",
+    "delay",
+    "drop",
+}
 
 
 class Session:
@@ -135,11 +146,17 @@ class ScriptedServer:
         async def shutdown() -> None:
             if server is not None:
                 server.close()
+            handlers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in handlers:  # a reply still waiting out its delay, a connection kept alive
+                task.cancel()
+            await asyncio.gather(*handlers, return_exceptions=True)
             loop.stop()
 
         loop.call_soon_threadsafe(lambda: loop.create_task(shutdown()))
         if self._thread is not None:
             self._thread.join(5)
+        if not loop.is_running():
+            loop.close()
         self._loop = None
 
     def __enter__(self) -> ScriptedServer:
@@ -164,6 +181,8 @@ class ScriptedServer:
                 headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
                 body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
                 status, payload = await self._answer(method, path, headers, body)
+                if payload is None:
+                    return  # a dropped connection: closed with no answer
                 data = json.dumps(payload).encode()
                 writer.write(
                     b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
@@ -207,6 +226,8 @@ class ScriptedServer:
         delay = reply.get("delay", self.latency)
         if delay:
             await asyncio.sleep(delay)
+        if reply.get("drop"):
+            return 0, None
         if "status" in reply:
             return reply["status"], _error(reply.get("error", "scripted error"), "scripted")
         return 200, completion(reply, prompt_bytes=len(body))

@@ -67,6 +67,9 @@ class WorkLoop:
                 self.observe("step", {"step": result.steps})
                 reply = await self._within_time(self.model.chat(messages, self.toolbox.schemas))
                 result.tokens += reply.tokens
+                self.observe(
+                    "reply", {"step": result.steps, "finish_reason": reply.finish_reason, "usage": reply.usage}
+                )
                 self._append(messages, reply.message)
                 if reply.message.get("content"):
                     result.final_message = reply.message["content"]

@@ -95,3 +95,27 @@ def test_bad_script_file_names_line_and_field(proj):
     result = proj.cli("goal", "g")
     assert result.exit_code in (2, 3)
     assert "script.yaml:2: [1].tool_calls[0]: expected {name: TOOL" in result.output
+
+
+def test_a_timed_out_request_and_a_reset_connection_are_retried(proj, server):
+    proj.goal("g", prompt="hi", model={"request_timeout": "0.5s"})
+    server.add({"delay": 3, "content": "too late"}, {"drop": True}, {"content": "on time"})
+    out = proj.cli_json("goal", "g")
+    assert (out["outcome"], out["final_message"]) == ("achieved", "on time")
+    assert len(server.requests) == 3
+
+
+def test_usage_is_recorded_per_step_and_per_run(proj, server):
+    proj.goal("g", prompt="hi")
+    server.add(
+        {
+            "tool_calls": [{"name": "list_files", "arguments": {}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+        },
+        {"content": "done", "usage": {"prompt_tokens": 20, "completion_tokens": 7}},
+    )
+    out = proj.cli_json("goal", "g")
+    assert out["tokens"] == 42
+    shown = proj.cli_json("show", out["run_id"])
+    steps = [e["usage"]["total_tokens"] for e in shown["transcript"] if e["kind"] == "reply"]
+    assert steps == [15, 27] and shown["tokens"] == 42 and shown["attempt_rows"][0]["tokens"] == 42
