@@ -61,18 +61,7 @@ async def _finish_checks(project: Project, store: Store, run: dict) -> str:
         results = await run_checks(
             context,
             later,
-            on_result=lambda i, r: store.record_check(
-                run["id"],
-                attempt,
-                position + 1 + i,
-                name=r.name,
-                kind=r.kind,
-                passed=int(r.passed),
-                exit_code=r.exit_code,
-                duration_s=r.duration_s,
-                output=r.output,
-                reason=r.reason,
-            ),
+            on_result=lambda i, r: store.record_check(run["id"], attempt, position + 1 + i, **r.columns()),
         )
     finally:
         if judge is not None:

@@ -38,6 +38,18 @@ class CheckResult:
     def record(self) -> dict[str, Any]:
         return asdict(self)
 
+    def columns(self) -> dict[str, Any]:
+        """The fields the store keeps of a check."""
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "passed": int(self.passed),
+            "exit_code": self.exit_code,
+            "duration_s": self.duration_s,
+            "output": self.output,
+            "reason": self.reason,
+        }
+
 
 class Approver(Protocol):
     async def __call__(self, run_id: str, check: Check) -> tuple[bool, str | None]:

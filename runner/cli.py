@@ -245,33 +245,16 @@ def check(ctx: click.Context, name: str, as_json: bool) -> None:
 @click.pass_context
 def validate(ctx: click.Context) -> None:
     """Validate runner.yaml, every goal and every schedule file."""
-    from .config import goal_from_file
-    from .triggers import load_schedules
+    from .triggers import Config
 
-    problems: list[str] = []
     try:
-        project = project_of(ctx)
+        config = Config.load(ctx.obj)
     except ConfigError as exc:
         for problem in exc.problems:
             click.echo(problem, err=True)
         sys.exit(2)
-    goals = {}
-    for path in project.goal_files():
-        try:
-            the_goal = goal_from_file(project, path)
-            goals[the_goal.name] = the_goal
-        except ConfigError as exc:
-            problems += exc.problems
-    entries = []
-    try:
-        entries = load_schedules(project, goals, set(goals) | {p.stem for p in project.goal_files()})
-    except ConfigError as exc:
-        problems += exc.problems
-    for problem in problems:
-        click.echo(problem, err=True)
-    if problems:
-        sys.exit(2)
-    click.echo(f"valid: {len(goals)} goal(s), {len(entries)} schedule entr{'y' if len(entries) == 1 else 'ies'}")
+    entries = len(config.entries)
+    click.echo(f"valid: {len(config.goals)} goal(s), {entries} schedule entr{'y' if entries == 1 else 'ies'}")
 
 
 @main.command()

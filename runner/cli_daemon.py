@@ -40,9 +40,8 @@ def daemon(ctx: click.Context, verbose: bool) -> None:
 @reports_errors
 def list_goals(ctx: click.Context, as_json: bool) -> None:
     """Goals, their schedule entries, next fire times, last outcomes and paused state."""
-    from .schedule import Config
     from .store import Store
-    from .triggers import describe, next_fire
+    from .triggers import Config, describe, next_fire
 
     config = Config.load(ctx.obj)
     store = Store(config.project.state)
@@ -90,8 +89,9 @@ def list_goals(ctx: click.Context, as_json: bool) -> None:
 @reports_errors
 def trigger(ctx: click.Context, name: str) -> None:
     """Ask the running daemon to run goal NAME now (queued like any trigger)."""
-    from .schedule import Config, daemon_pid
+    from .schedule import daemon_pid
     from .store import Store
+    from .triggers import Config
 
     config = Config.load(ctx.obj)
     if name not in config.goals:
@@ -123,8 +123,8 @@ def resume(ctx: click.Context, name: str) -> None:
 
 
 def set_paused(ctx: click.Context, name: str, paused: bool) -> None:
-    from .schedule import Config
     from .store import Store
+    from .triggers import Config
 
     config = Config.load(ctx.obj)
     entries = [e for e in config.entries if name in (e.goal, e.id)]

@@ -26,44 +26,16 @@ from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from .checks import StoreApprover
-from .config import Goal, Project, goal_from_file, load_project
+from .config import Goal, Project
 from .errors import ConfigError, DaemonError
 from .store import Store
-from .triggers import Entry, load_schedules, missed_fire, time_trigger
+from .triggers import Config, Entry, missed_fire, time_trigger
 from .verify import RunResult, run_goal
 
 log = logging.getLogger("runner.daemon")
 GOOD = ("achieved", "satisfied")
 NOT_COUNTED = ("cancelled", "awaiting_approval")
 """Outcomes that neither trip the circuit breaker nor chain `after` entries."""
-
-
-@dataclass
-class Config:
-    """The last good configuration: goals by name and schedule entries."""
-
-    project: Project
-    goals: dict[str, Goal]
-    entries: list[Entry]
-
-    @classmethod
-    def load(cls, root: Any) -> Config:
-        project = load_project(root)
-        goals: dict[str, Goal] = {}
-        problems: list[str] = []
-        for path in project.goal_files():
-            try:
-                goal = goal_from_file(project, path)
-                goals[goal.name] = goal
-            except ConfigError as exc:
-                problems += exc.problems
-        try:
-            entries = load_schedules(project, goals, set(goals) | {p.stem for p in project.goal_files()})
-        except ConfigError as exc:
-            problems += exc.problems
-        if problems:
-            raise ConfigError("invalid configuration", problems)
-        return cls(project, goals, entries)
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
@@ -219,3 +220,35 @@ def next_fire(entry: Entry, last_fire: str | None) -> datetime | None:
     if entry.cron is not None:
         return time_trigger(entry).get_next_fire_time(None, now)
     return None
+
+
+@dataclass
+class Config:
+    """Everything a project declares: runner.yaml, the goals by name and the schedule entries."""
+
+    project: Project
+    goals: dict[str, Goal]
+    entries: list[Entry]
+
+    @classmethod
+    def load(cls, root: Any = None) -> Config:
+        """Load and validate every file; all problems at once, each `file:line: field: ...`."""
+        from .config import goal_from_file, load_project
+
+        project = load_project(root)
+        goals: dict[str, Goal] = {}
+        problems: list[str] = []
+        for path in project.goal_files():
+            try:
+                goal = goal_from_file(project, path)
+                goals[goal.name] = goal
+            except ConfigError as exc:
+                problems += exc.problems
+        entries: list[Entry] = []
+        try:
+            entries = load_schedules(project, goals, set(goals) | {p.stem for p in project.goal_files()})
+        except ConfigError as exc:
+            problems += exc.problems
+        if problems:
+            raise ConfigError("invalid configuration", problems)
+        return cls(project, goals, entries)

@@ -201,18 +201,7 @@ class Verifier:
 
     async def _checks(self, attempt: int) -> list[CheckResult]:
         def recorded(position: int, result: CheckResult) -> None:
-            self.store.record_check(
-                self.result.run_id,
-                attempt,
-                position,
-                name=result.name,
-                kind=result.kind,
-                passed=int(result.passed),
-                exit_code=result.exit_code,
-                duration_s=result.duration_s,
-                output=result.output,
-                reason=result.reason,
-            )
+            self.store.record_check(self.result.run_id, attempt, position, **result.columns())
             self.record("check", {"attempt": attempt, **result.record()})
 
         context = CheckContext(self.goal, self.result.run_id, attempt, self.judge, self.approver)
