@@ -321,8 +321,8 @@ def build_goal(
     model = {"name": model} if isinstance(model, str) else model
     if model is None or isinstance(model, dict):
         merged["model"] = {**defaults.model, **(model or {})}
-        if "name" not in merged["model"]:
-            merged["model"]["name"] = os.environ.get("RUNNER_MODEL") or _no_model(doc)
+        if "name" not in merged["model"] and os.environ.get("RUNNER_MODEL"):
+            merged["model"]["name"] = os.environ["RUNNER_MODEL"]
     judge = merged.get("judge_model")
     if isinstance(judge, (str, dict)):
         judge = {"name": judge} if isinstance(judge, str) else judge
@@ -333,12 +333,21 @@ def build_goal(
     merged["root"] = project.root
     merged["source"] = source
     doc = doc or yamlfile.Document(path=Path("<inline>"), data=merged, shown="<inline goal>")
-    return doc.validate(Goal, merged)
+    no_model = isinstance(merged["model"], dict) and "name" not in merged["model"]
+    problems: list[str] = []
+    if no_model:
+        merged["model"]["name"] = ""  # reported below, with the file's other problems
+        problems.append(doc.problem(("model",), NO_MODEL))
+    try:
+        goal = doc.validate(Goal, merged)
+    except ConfigError as exc:
+        raise ConfigError("invalid goal", problems + exc.problems) from None
+    if problems:
+        raise ConfigError("invalid goal", problems)
+    return goal
 
 
-def _no_model(doc: yamlfile.Document | None) -> str:
-    where = doc.shown if doc else "the inline goal"
-    raise ConfigError(
-        f"{where}:1: model: no model is set; give `model:` in the goal or runner.yaml, "
-        "--model on the command line, or RUNNER_MODEL in the environment"
-    )
+NO_MODEL = (
+    "no model is set; give `model:` in the goal or runner.yaml, --model on the command line, "
+    "or RUNNER_MODEL in the environment"
+)

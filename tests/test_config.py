@@ -103,3 +103,13 @@ def test_no_model_anywhere(proj, monkeypatch):
     proj.goal("g", prompt="hi")
     result = proj.cli("goal", "g")
     assert result.exit_code == 2 and "goals/g.yaml:1: model: no model is set" in result.stderr
+
+
+def test_a_missing_model_is_reported_with_the_other_problems(proj, monkeypatch):
+    monkeypatch.delenv("RUNNER_MODEL", raising=False)
+    proj.write("runner.yaml", "limits: {max_steps: 3}\n")
+    proj.write("goals/g.yaml", "prompt: hi\nlimits:\n  max_steps: lots\n")
+    result = proj.cli("validate")
+    assert result.exit_code == 2
+    assert "goals/g.yaml:1: model: no model is set" in result.stderr
+    assert "goals/g.yaml:3: limits.max_steps: Input should be a valid integer" in result.stderr
