@@ -185,6 +185,45 @@ def many_goals(goals: int = 200, rounds: int = 3, latency: float = 1.0) -> dict[
     }
 
 
+def many_httpx(goals: int = 200, rounds: int = 3, latency: float = 1.0) -> dict[str, float]:
+    """The floor: the same 200 x 3 requests from plain httpx2 loops in one process, no runner at all."""
+    import asyncio
+
+    import httpx2
+
+    server = subprocess.Popen(
+        [PYTHON, "-c", ROUNDS_SERVER, str(rounds), str(latency)], stdout=subprocess.PIPE, text=True
+    )
+
+    tls = httpx2.create_ssl_context()  # shared, as runner shares it
+
+    async def one(url: str) -> None:
+        async with httpx2.AsyncClient(base_url=url, verify=tls) as http:
+            messages: list[dict] = [{"role": "user", "content": "read note.txt"}]
+            while True:
+                response = await http.post("/chat/completions", json={"model": "m", "messages": messages})
+                message = response.json()["choices"][0]["message"]
+                messages.append(message)
+                if not message.get("tool_calls"):
+                    return
+                for call in message["tool_calls"]:
+                    messages.append({"role": "tool", "tool_call_id": call["id"], "content": "a note"})
+
+    async def all_of_them(url: str) -> None:
+        await asyncio.gather(*(one(url) for _ in range(goals)))
+
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().strip()
+        started = time.perf_counter()
+        asyncio.run(all_of_them(url))
+        total = time.perf_counter() - started
+    finally:
+        server.terminate()
+        server.wait()
+    return {"total_s": total, "ratio": total / (rounds * latency)}
+
+
 if __name__ == "__main__":
     which = sys.argv[1:] or ["idle", "delay", "many"]
     if "idle" in which:
@@ -192,4 +231,5 @@ if __name__ == "__main__":
     if "delay" in which:
         print(json.dumps(start_delay()))
     if "many" in which:
+        print(json.dumps(many_httpx()))
         print(json.dumps(many_goals()))

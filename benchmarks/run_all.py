@@ -147,6 +147,16 @@ def main() -> None:
             verdict(delay["p99_s"] < 1),
         ]
     )
+    floor = bench_daemon.many_httpx()
+    rows.append(
+        [
+            "  the floor: 200 plain httpx loops, one process",
+            f"{floor['total_s']:.2f} s",
+            f"{floor['ratio']:.2f}x of 3 s",
+            "-",
+            "-",
+        ]
+    )
     many = bench_daemon.many_goals()
     rows.append(
         [

@@ -128,7 +128,8 @@ class ScriptedServer:
 
         def serve() -> None:
             asyncio.set_event_loop(self._loop)
-            self._server = self._loop.run_until_complete(asyncio.start_server(self._handle, self.host, self.port))
+            server = asyncio.start_server(self._handle, self.host, self.port, backlog=1024)
+            self._server = self._loop.run_until_complete(server)
             self.port = self._server.sockets[0].getsockname()[1]
             ready.set()
             self._loop.run_forever()
