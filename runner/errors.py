@@ -7,7 +7,8 @@ Exceptions are for crossing layers on purpose, and each carries a message a user
     ├── ConfigError             a file or flag is invalid (exit 2); message is `file:line: field: expected`
     ├── ProviderError           the model endpoint cannot be used: no key, unknown model,
     │                           refused connection, failure after retries (exit 3)
-    ├── StoreError              .runner/ cannot be read or written, or a run id is unknown (exit 3)
+    ├── StoreError              .runner/ cannot be read or written (exit 3)
+    │   └── UnknownRun          no run has that id (exit 2)
     └── DaemonError             the daemon cannot start or be reached (exit 3)
 """
 
@@ -35,7 +36,13 @@ class ProviderError(RunnerError):
 
 
 class StoreError(RunnerError):
-    """The run store is unusable, or a run id is unknown."""
+    """The run store is unusable."""
+
+
+class UnknownRun(StoreError):
+    """A run id given on the command line matches no run."""
+
+    exit_code = 2
 
 
 class DaemonError(RunnerError):

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from .errors import StoreError
+from .errors import StoreError, UnknownRun
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -141,7 +141,7 @@ class Store:
         rows = self._exec("SELECT * FROM runs WHERE id = ? OR id LIKE ?", (run_id, run_id + "%")).fetchall()
         if len(rows) != 1:
             found = "no run" if not rows else f"{len(rows)} runs"
-            raise StoreError(f"{found} with id {run_id!r} in {self.dir / 'runs.db'} (see `runner runs`)")
+            raise UnknownRun(f"{found} with id {run_id!r} in {self.dir / 'runs.db'} (see `runner runs`)")
         run = dict(rows[0])
         run["run_id"] = run["id"]
         run["attempt_rows"] = [

@@ -23,7 +23,7 @@ from .store import Store, now
 from .tamper import Snapshot
 from .tools import Toolbox
 from .tools.process import cap, run_process, scrub_env
-from .work import Observer, WorkLoop, ignore
+from .work import Observer, WorkLoop, WorkResult, ignore
 
 Outcome = Literal[
     "achieved",
@@ -103,6 +103,7 @@ class Verifier:
         self.model: Model | None = None
         self.judge: Model | None = None
         self.failed_before: set[str] | None = None
+        self.work: WorkLoop | None = None
 
     async def run(self, checks_first: bool) -> RunResult:
         goal, verify = self.goal, self.goal.verify
@@ -121,7 +122,8 @@ class Verifier:
             for attempt in range(1, verify.max_attempts + 1):
                 self._begin_attempt(attempt)
                 snapshot = Snapshot.take(goal)
-                work = await WorkLoop(self.model, toolbox, goal.limits, self.record).run(messages)
+                self.work = WorkLoop(self.model, toolbox, goal.limits, self.record)
+                work = await self.work.run(messages)
                 self._end_attempt(attempt, work)
                 changed = snapshot.changes()
                 if changed:
@@ -155,6 +157,8 @@ class Verifier:
                     self.record("message", {"message": messages[-1]})
             return self._finish("not_achieved")
         except asyncio.CancelledError:
+            if self.work is not None and self.work.result is not None:  # cancelled inside the work loop
+                self._end_attempt(self.result.attempts, self.work.result)
             return self._finish("cancelled", error="cancelled before the goal finished")
         except RunnerError as exc:
             return self._finish("error", error=str(exc))
@@ -182,7 +186,8 @@ class Verifier:
         self.store.update_run(self.result.run_id, attempts=attempt)
         self.record("attempt", {"attempt": attempt, "of": self.goal.verify.max_attempts})
 
-    def _end_attempt(self, attempt: int, work: Any) -> None:
+    def _end_attempt(self, attempt: int, work: WorkResult) -> None:
+        self.work = None
         result = self.result
         result.steps += work.steps
         result.tokens += work.tokens

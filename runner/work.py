@@ -54,9 +54,11 @@ class WorkLoop:
     limits: Limits
     observe: Observer = ignore
     started: float = field(default_factory=time.monotonic)
+    result: WorkResult | None = None
+    """The attempt so far, readable by the caller even when the loop is cancelled."""
 
     async def run(self, messages: list[dict[str, Any]]) -> WorkResult:
-        result = WorkResult("completed", messages)
+        result = self.result = WorkResult("completed", messages)
         try:
             while True:
                 stop = self._limit_hit(result)

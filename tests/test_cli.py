@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -55,7 +59,8 @@ def test_runs_and_show_json(proj, server):
     assert json.loads(proj.cli("runs", "--goal", "other", "--json").output) == []
     shown = proj.cli_json("show", first["run_id"])
     assert shown["final_message"] == "one" and shown["transcript"][-1]["kind"] == "outcome"
-    assert proj.cli("show", "nope").exit_code == 3
+    assert proj.cli("show", "nope").exit_code == 2
+    assert proj.cli("approve", "nope").exit_code == 2
     assert "no run with id 'nope'" in proj.cli("show", "nope").stderr
 
 
@@ -68,3 +73,25 @@ def test_live_display_shows_steps_and_checks(proj, server):
     assert "step 1  shell: touch a.txt && exit 3  -> exit 3" in result.stderr
     assert "✓ pass  exists" in result.stderr
     assert result.stdout.startswith("Goal achieved · 1 attempt · 2 steps")
+
+
+def test_a_goal_file_by_path(proj, server):
+    proj.write("elsewhere/task.yaml", "name: custom\nprompt: hi\n")
+    server.add({"content": "ok"})
+    out = proj.cli_json("goal", str(proj.root / "elsewhere/task.yaml"))
+    assert (out["exit_code"], out["goal"], out["outcome"]) == (0, "custom", "achieved")
+
+
+def test_sigint_cancels_a_run_and_kills_its_processes(proj, server):
+    proj.goal("slow", prompt="wait")
+    server.add({"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 63.1"}}]})
+    proc = proj.popen("goal", "slow", "--json", stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while "sleep 63.1" not in os.popen("ps -eo args").read() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    stdout, _ = proc.communicate(timeout=60)
+    out = json.loads(stdout)
+    assert proc.returncode == 130 and out["outcome"] == "cancelled" and out["stop_reason"] == "cancelled"
+    assert "sleep 63.1" not in os.popen("ps -eo args").read()
+    assert json.loads(proj.cli("runs", "--json").output)[-1]["outcome"] == "cancelled"
