@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import sqlite3
 import time
 from datetime import datetime, timezone
@@ -34,6 +35,9 @@ CREATE TABLE IF NOT EXISTS checks (
     run_id TEXT NOT NULL, attempt INTEGER NOT NULL, position INTEGER NOT NULL, name TEXT, kind TEXT,
     passed INTEGER, exit_code INTEGER, duration_s REAL, output TEXT, reason TEXT,
     PRIMARY KEY (run_id, attempt, position)
+);
+CREATE TABLE IF NOT EXISTS processes (
+    run_id TEXT NOT NULL, pid INTEGER NOT NULL, started INTEGER, PRIMARY KEY (run_id, pid)
 );
 CREATE TABLE IF NOT EXISTS approvals (
     run_id TEXT PRIMARY KEY, decision TEXT, reason TEXT, decided TEXT
@@ -60,6 +64,14 @@ def now() -> str:
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def process_start(pid: int) -> int | None:
+    """When a process started, in clock ticks since boot (tells a pid apart from a later reuse of it)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -161,12 +173,30 @@ class Store:
         return rows[-limit:] if limit else rows
 
     def mark_interrupted(self) -> list[str]:
-        """Runs left `running` by a process that is gone become `interrupted`."""
+        """Runs left `running` by a process that is gone become `interrupted`; their processes are killed."""
         rows = self._exec("SELECT id, pid FROM runs WHERE outcome = 'running'").fetchall()
         dead = [r["id"] for r in rows if not pid_alive(r["pid"])]
         for run_id in dead:
+            self.kill_processes(run_id)
             self.finish_run(run_id, "interrupted", error="the process running it died")
         return dead
+
+    # process groups of a run (shell, command tools, checks)
+    def track_process(self, run_id: str, pid: int, alive: bool) -> None:
+        if alive:
+            self._exec("INSERT OR REPLACE INTO processes VALUES (?, ?, ?)", (run_id, pid, process_start(pid)))
+        else:
+            self._exec("DELETE FROM processes WHERE run_id = ? AND pid = ?", (run_id, pid))
+
+    def kill_processes(self, run_id: str) -> None:
+        """Kill the process groups a dead run left behind (only those whose start time still matches)."""
+        for row in self._exec("SELECT pid, started FROM processes WHERE run_id = ?", (run_id,)).fetchall():
+            if row["started"] is not None and process_start(row["pid"]) == row["started"]:
+                try:
+                    os.killpg(row["pid"], signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        self._exec("DELETE FROM processes WHERE run_id = ?", (run_id,))
 
     # attempts and checks
     def record_attempt(self, run_id: str, number: int, **fields: Any) -> None:

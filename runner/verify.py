@@ -22,7 +22,7 @@ from .model import Model
 from .store import Store, now
 from .tamper import Snapshot
 from .tools import Toolbox
-from .tools.process import cap, run_process, scrub_env
+from .tools.process import cap, run_process, scrub_env, spawned
 from .work import Observer, WorkLoop, WorkResult, ignore
 
 Outcome = Literal[
@@ -89,6 +89,7 @@ async def run_goal(
         observe(kind, data)
 
     record("run", {"run_id": run_id, "goal": goal.name, "trigger": trigger})
+    spawned.set(lambda pid, alive: store.track_process(run_id, pid, alive))
     verifier = Verifier(goal, store, RunResult(run_id, goal.name), record, approver)
     try:
         return await verifier.run(goal.verify.checks_first if checks_first is None else checks_first)

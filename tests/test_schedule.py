@@ -104,9 +104,12 @@ def test_sigkill_then_restart_marks_interrupted(proj, daemons):
     daemon.wait_log("start     hang")
     daemon.stop(signal.SIGKILL)
     assert [r["outcome"] for r in daemon.runs()] == ["running"]
+    assert "sleep 30.3" in os.popen("ps -eo args").read()  # SIGKILL leaves the check running
     schedule(proj, {"goal": "hang", "every": "1h"})
     second = daemons(proj)
     assert daemon.runs()[0]["outcome"] == "interrupted"
+    time.sleep(0.2)
+    assert "sleep 30.3" not in os.popen("ps -eo args").read()  # the restart killed what the dead run left
     assert "interrupted" in second.log
     assert second.stop() == 0
     assert not [r for r in second.runs() if r["outcome"] == "running"]

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import re
 import signal
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
+spawned: contextvars.ContextVar[Callable[[int, bool], None] | None] = contextvars.ContextVar("spawned", default=None)
+"""Told of every process group started (pid, True) and ended (pid, False), so that a run's processes
+can be found and killed after its runner process was killed itself."""
+
 OUTPUT_CAP = 12_000
 """Characters of a tool's output that reach the model: the head and the tail, with a marker between."""
 
@@ -76,6 +81,9 @@ async def run_process(
     )
     collector = _Collector(cap_bytes)
     timed_out = False
+    tell = spawned.get()
+    if tell is not None:
+        tell(proc.pid, True)
     try:
         await asyncio.wait_for(_communicate(proc, stdin, collector), timeout)
     except asyncio.TimeoutError:
@@ -85,6 +93,9 @@ async def run_process(
     except BaseException:
         _kill_group(proc)
         raise
+    finally:
+        if tell is not None:
+            tell(proc.pid, False)
     return ProcessResult(
         None if timed_out else proc.returncode, collector.text(), time.monotonic() - started, timed_out
     )
