@@ -342,6 +342,8 @@ def build_goal(
         goal = doc.validate(Goal, merged)
     except ConfigError as exc:
         raise ConfigError("invalid goal", problems + exc.problems) from None
+    if not goal.workpath.is_dir():
+        problems.append(doc.problem(("workdir",), f"{goal.workpath} is not a folder (relative to the project root)"))
     if problems:
         raise ConfigError("invalid goal", problems)
     return goal

@@ -113,3 +113,11 @@ def test_a_missing_model_is_reported_with_the_other_problems(proj, monkeypatch):
     assert result.exit_code == 2
     assert "goals/g.yaml:1: model: no model is set" in result.stderr
     assert "goals/g.yaml:3: limits.max_steps: Input should be a valid integer" in result.stderr
+
+
+def test_a_missing_workdir_is_bad_input(proj):
+    proj.goal("g", prompt="hi", workdir="nowhere")
+    result = proj.cli("goal", "g")
+    assert result.exit_code == 2 and "nowhere is not a folder" in result.stderr
+    (proj.root / "elsewhere").mkdir()
+    assert "is not a folder" in proj.cli("goal", "g", "--workdir", "missing").stderr
