@@ -115,6 +115,16 @@ def main() -> None:
 
     startup = bench_startup.run(reps=5 if args.quick else 15)
     base = startup["python -c pass"]["wall_s"]
+    floor_s = startup["floor: click+yaml+pydantic, one model"]
+    rows.append(
+        [
+            "  the floor: import click, yaml, pydantic; build one model",
+            f"{floor_s['wall_s'] * 1000:.0f} ms",
+            f"{floor_s['ratio']:.2f}x",
+            "-",
+            "-",
+        ]
+    )
     for name in ("runner --help", "runner validate"):
         figures = startup[name]
         rows.append(
