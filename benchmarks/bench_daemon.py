@@ -185,43 +185,61 @@ def many_goals(goals: int = 200, rounds: int = 3, latency: float = 1.0) -> dict[
     }
 
 
-def many_httpx(goals: int = 200, rounds: int = 3, latency: float = 1.0) -> dict[str, float]:
-    """The floor: the same 200 x 3 requests from plain httpx2 loops in one process, no runner at all."""
-    import asyncio
+HTTPX_CLIENT = """
+import asyncio, sys, httpx2
+url, n = sys.argv[1], int(sys.argv[2])
+tls = httpx2.create_ssl_context()  # shared, as runner shares it
 
-    import httpx2
 
+async def one():
+    async with httpx2.AsyncClient(base_url=url, verify=tls) as http:
+        messages = [{"role": "user", "content": "read note.txt"}]
+        while True:
+            response = await http.post("/chat/completions", json={"model": "m", "messages": messages})
+            message = response.json()["choices"][0]["message"]
+            messages.append(message)
+            if not message.get("tool_calls"):
+                return
+            for call in message["tool_calls"]:
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": "a note"})
+
+
+async def main():
+    await asyncio.gather(*(one() for _ in range(n)))
+
+
+sys.stdin.readline()  # start together
+asyncio.run(main())
+"""
+
+
+def many_httpx(goals: int = 200, rounds: int = 3, latency: float = 1.0, processes: int = 1) -> dict[str, float]:
+    """The floor: the same goals x rounds requests from bare httpx2 loops, no runner, split over processes."""
     server = subprocess.Popen(
         [PYTHON, "-c", ROUNDS_SERVER, str(rounds), str(latency)], stdout=subprocess.PIPE, text=True
     )
-
-    tls = httpx2.create_ssl_context()  # shared, as runner shares it
-
-    async def one(url: str) -> None:
-        async with httpx2.AsyncClient(base_url=url, verify=tls) as http:
-            messages: list[dict] = [{"role": "user", "content": "read note.txt"}]
-            while True:
-                response = await http.post("/chat/completions", json={"model": "m", "messages": messages})
-                message = response.json()["choices"][0]["message"]
-                messages.append(message)
-                if not message.get("tool_calls"):
-                    return
-                for call in message["tool_calls"]:
-                    messages.append({"role": "tool", "tool_call_id": call["id"], "content": "a note"})
-
-    async def all_of_them(url: str) -> None:
-        await asyncio.gather(*(one(url) for _ in range(goals)))
-
     try:
         assert server.stdout is not None
         url = server.stdout.readline().strip()
+        clients = [
+            subprocess.Popen(
+                [PYTHON, "-c", HTTPX_CLIENT, url, str(goals // processes)], stdin=subprocess.PIPE, text=True
+            )
+            for _ in range(processes)
+        ]
+        time.sleep(2)  # imports done before the clock starts
         started = time.perf_counter()
-        asyncio.run(all_of_them(url))
+        for client in clients:
+            assert client.stdin is not None
+            client.stdin.write("go\n")
+            client.stdin.flush()
+        for client in clients:
+            client.wait(120)
         total = time.perf_counter() - started
     finally:
         server.terminate()
         server.wait()
-    return {"total_s": total, "ratio": total / (rounds * latency)}
+    return {"total_s": total, "ratio": total / (rounds * latency), "processes": processes}
 
 
 if __name__ == "__main__":
@@ -232,4 +250,5 @@ if __name__ == "__main__":
         print(json.dumps(start_delay()))
     if "many" in which:
         print(json.dumps(many_httpx()))
+        print(json.dumps(many_httpx(processes=2)))
         print(json.dumps(many_goals()))
