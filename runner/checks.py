@@ -197,11 +197,19 @@ class StoreApprover:
     def __init__(self, store: Store, poll: float = 0.3) -> None:
         self.store = store
         self.poll = poll
+        self.waiting: set[asyncio.Task[Any]] = set()
+        """The tasks waiting on a person now; a shutting-down daemon need not give them its grace."""
 
     async def __call__(self, run_id: str, check: Check) -> tuple[bool, str | None]:
         # Cancelled or killed while waiting, the run stays `awaiting_approval`: `runner approve` finishes it.
         self.store.update_run(run_id, outcome="awaiting_approval", pending=check.name)
-        while (answer := self.store.take_answer(run_id)) is None:
-            await asyncio.sleep(self.poll)
+        task = asyncio.current_task()
+        assert task is not None
+        self.waiting.add(task)
+        try:
+            while (answer := self.store.take_answer(run_id)) is None:
+                await asyncio.sleep(self.poll)
+        finally:
+            self.waiting.discard(task)
         self.store.update_run(run_id, outcome="running", pending=None)
         return answer[0] == "approve", answer[1]

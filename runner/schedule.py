@@ -60,6 +60,7 @@ class Daemon:
         self.listeners: list[asyncio.Task[Any]] = []
         self._lock: TextIO | None = None
         self.stamp: tuple[Any, ...] = ()
+        self.approver = StoreApprover(self.store)
         self.due: dict[str, datetime] = {}
 
     # lifecycle
@@ -102,6 +103,8 @@ class Daemon:
         )
         self.scheduler.shutdown(wait=False)
         for task in self.listeners:
+            task.cancel()
+        for task in list(self.approver.waiting):  # waiting on a person: kept `awaiting_approval`, not drained
             task.cancel()
         running = self.running()
         if running:
@@ -224,7 +227,7 @@ class Daemon:
                     self.store,
                     trigger=trigger,
                     entry=entry.id if entry else None,
-                    approver=StoreApprover(self.store),
+                    approver=self.approver,
                     checks_first=checks_first,
                 )
             self.finished(goal, entry, result)

@@ -358,3 +358,18 @@ def test_missed_fire_for_cron_in_its_timezone():
     assert missed_fire(entry, last, last + timedelta(hours=23)) is None
     missed = missed_fire(entry, last, last + timedelta(hours=25))
     assert missed == datetime(2026, 11, 2, 1, 0, tzinfo=timezone.utc)
+
+
+def test_shutdown_does_not_wait_for_a_person(proj, daemons):
+    proj.write("script.yaml", "- content: I wrote it.\n")
+    proj.goal(
+        "ship", prompt="p", model="script:script.yaml", verify={"max_attempts": 1, "checks": [{"approve": "Publish?"}]}
+    )
+    proj.write("runner.yaml", proj.root.joinpath("runner.yaml").read_text() + "  shutdown_grace: 120s\n")
+    daemon = daemons(proj)
+    assert proj.cli("trigger", "ship").exit_code == 0
+    run = daemon.wait_runs(1, "awaiting_approval")[0]
+    assert daemon.stop(timeout=60) == 0  # well before the 120 s grace
+    assert daemon.runs()[0]["outcome"] == "awaiting_approval"
+    result = proj.cli("approve", run["run_id"])
+    assert "its outcome is achieved" in result.output
