@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 
-from .checks import CheckContext, run_checks
+from .checks import run_checks_alone
 from .config import Project, load_goal
 from .errors import ConfigError
-from .model import Model
 from .store import Store, pid_alive
 
 HANDOVER_WAIT = 10.0
@@ -55,17 +54,14 @@ async def _finish_checks(project: Project, store: Store, run: dict) -> str:
         reason="approved with runner approve",
     )
     later = goal.verify.checks[position + 1 :]
-    judge = Model.open(goal.judge_model or goal.model, goal.root) if any(c.kind == "judge" for c in later) else None
-    try:
-        context = CheckContext(goal, run["id"], attempt, judge, approver=None)
-        results = await run_checks(
-            context,
-            later,
-            on_result=lambda i, r: store.record_check(run["id"], attempt, position + 1 + i, **r.columns()),
-        )
-    finally:
-        if judge is not None:
-            await judge.aclose()
+    results = await run_checks_alone(
+        goal,
+        later,
+        run["id"],
+        attempt,
+        approver=None,
+        on_result=lambda i, r: store.record_check(run["id"], attempt, position + 1 + i, **r.columns()),
+    )
     outcome = "achieved" if all(r.passed for r in results) else "not_achieved"
     store.finish_run(run["id"], outcome, pending=None)
     return outcome

@@ -90,6 +90,23 @@ async def run_checks(
     return results
 
 
+async def run_checks_alone(
+    goal: Goal,
+    checks: list[Check],
+    run_id: str,
+    attempt: int,
+    approver: Approver | None,
+    on_result: Callable[[int, CheckResult], None] | None = None,
+) -> list[CheckResult]:
+    """Checks outside the verify loop (`runner check`, `runner approve`); a judge model is opened only if needed."""
+    judge = Model.open(goal.judge_model or goal.model, goal.root) if any(c.kind == "judge" for c in checks) else None
+    try:
+        return await run_checks(CheckContext(goal, run_id, attempt, judge, approver), checks, on_result)
+    finally:
+        if judge is not None:
+            await judge.aclose()
+
+
 async def run_command_check(ctx: CheckContext, check: Check) -> CheckResult:
     goal = ctx.goal
     env = scrub_env(

@@ -207,32 +207,15 @@ def execute(project: Project, the_goal: Goal, checks_first: bool | None, as_json
 @reports_errors
 def check(ctx: click.Context, name: str, as_json: bool) -> None:
     """Run a goal's checks alone, with no work; exit 0 when all pass."""
-    from .checks import CheckContext, TerminalApprover, run_checks
+    from .checks import TerminalApprover, run_checks_alone
     from .config import load_goal
     from .display import Display
-    from .model import Model
 
-    project = project_of(ctx)
-    the_goal = load_goal(project, name)
+    the_goal = load_goal(project_of(ctx), name)
     display = Display()
-
-    async def checks() -> list:
-        judge = None
-        if any(c.kind == "judge" for c in the_goal.verify.checks):
-            judge = Model.open(the_goal.judge_model or the_goal.model, project.root)
-        approver = TerminalApprover() if sys.stdin.isatty() else None
-        context = CheckContext(the_goal, "check", 0, judge, approver)
-        try:
-            return await run_checks(
-                context,
-                the_goal.verify.checks,
-                on_result=None if as_json else lambda _, r: display("check", r.record()),
-            )
-        finally:
-            if judge is not None:
-                await judge.aclose()
-
-    results = run_async(checks())
+    approver = TerminalApprover() if sys.stdin.isatty() else None
+    on_result = None if as_json else lambda _, r: display("check", r.record())
+    results = run_async(run_checks_alone(the_goal, the_goal.verify.checks, "check", 0, approver, on_result))
     passed = all(r.passed for r in results)
     if as_json:
         click.echo(json.dumps({"goal": the_goal.name, "passed": passed, "checks": [r.record() for r in results]}))

@@ -1,4 +1,4 @@
-"""The daemon's event sources: file changes (watch entries and hot reload) and the webhook listener."""
+"""The daemon's event sources: file changes for watch entries, and the webhook listener."""
 
 from __future__ import annotations
 
@@ -59,10 +59,10 @@ async def watch_files(daemon: Daemon) -> None:
                     "skip", entry, f"{hits[0]} changed while the goal ran (its own writes do not retrigger it)"
                 )
                 continue
-            windows[entry.id] = asyncio.create_task(_after_debounce(daemon, entry, hits))
+            windows[entry.id] = asyncio.create_task(_after_debounce(daemon, entry))
 
 
-async def _after_debounce(daemon: Daemon, entry: Any, hits: list[str]) -> None:
+async def _after_debounce(daemon: Daemon, entry: Any) -> None:
     await asyncio.sleep(entry.debounce)
     daemon.fire(entry, "watch")
 

@@ -21,7 +21,7 @@ import logging
 import os
 import random
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
@@ -44,7 +44,6 @@ class Slot:
 
     task: asyncio.Task[Any] | None = None
     follow_up: tuple[Entry | None, str] | None = None
-    triggered: list[str] = field(default_factory=list)
 
 
 class Daemon:
