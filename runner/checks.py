@@ -134,7 +134,8 @@ async def judge_check(ctx: CheckContext, check: Check, earlier: list[CheckResult
     name = check.name or ""
     if ctx.judge is None:
         return CheckResult(name, "judge", False, reason="no judge model is available")
-    evidence = [_file_evidence(Sandbox.for_goal(ctx.goal), path) for path in check.files]
+    box = Sandbox.for_goal(ctx.goal)
+    evidence = [_file_evidence(box, path) for path in check.files]
     evidence += [
         prompts.JUDGE_CHECK_OUTPUT.format(name=r.name, exit_code=r.exit_code, output=cap(r.output, 4000))
         for r in earlier
