@@ -92,7 +92,7 @@ def idle(entries: int = 1000, seconds: float = 30.0) -> dict[str, float]:
 
 
 def start_delay(goals: int = 100, seconds: float = 20.0) -> dict[str, float]:
-    from runner.store import Store
+    from runner.store import SqliteStore
 
     with tempfile.TemporaryDirectory() as folder:
         names = [f"noop{i:03d}" for i in range(goals)]
@@ -104,7 +104,7 @@ def start_delay(goals: int = 100, seconds: float = 20.0) -> dict[str, float]:
         )
         with daemon(root):
             time.sleep(seconds)
-        events = Store(root / ".runner").events("start")
+        events = SqliteStore(root / ".runner").events("start")
     delays = sorted(
         (datetime.fromisoformat(e["at"]) - datetime.fromisoformat(e["detail"].split(" due ")[1])).total_seconds()
         for e in events
@@ -130,7 +130,7 @@ import threading; threading.Event().wait()
 
 
 def many_goals(goals: int = 200, rounds: int = 3, latency: float = 1.0) -> dict[str, float]:
-    from runner.store import Store
+    from runner.store import SqliteStore
 
     server = subprocess.Popen(
         [PYTHON, "-c", ROUNDS_SERVER, str(rounds), str(latency)], stdout=subprocess.PIPE, text=True
@@ -147,7 +147,7 @@ def many_goals(goals: int = 200, rounds: int = 3, latency: float = 1.0) -> dict[
             }
             root = project(Path(folder), {n: goal for n in names}, [], {"max_concurrent_runs": goals})
             (root / "note.txt").write_text("a note\n")
-            store = Store(root / ".runner")
+            store = SqliteStore(root / ".runner")
             for name in names:
                 store.send_command("trigger", name)
             with daemon(root) as proc:

@@ -87,9 +87,9 @@ async def openai_loop(url: str) -> None:
 
 async def runner_loop(url: str) -> None:
     from runner.config import Goal, Limits, ModelConfig, ToolEntry
-    from runner.model import Model
-    from runner.tools import Toolbox
     from runner.work import WorkLoop
+    from runner.work.model import Model
+    from runner.work.tools import Toolbox
 
     config = ModelConfig(name="m", base_url=url, api_key_env=None)
     goal = Goal(

@@ -15,8 +15,8 @@ CALLS = 5
 
 def goal_in(folder: Path, url: str, tools: list) -> tuple:
     from runner.config import Goal, Limits, ModelConfig
-    from runner.model import Model
-    from runner.tools import Toolbox
+    from runner.work.model import Model
+    from runner.work.tools import Toolbox
 
     config = ModelConfig(name="m", base_url=url, api_key_env=None)
     goal = Goal(name="bench", prompt="p", model=config, tools=tools, root=folder)

@@ -279,9 +279,9 @@ def completion(reply: dict[str, Any], prompt_bytes: int = 0) -> dict[str, Any]:
 
 def load_script(path: Path, shown: str | None = None) -> list[dict[str, Any]]:
     """Read a YAML script: a list of replies. Errors name the file, the line and the field."""
-    from . import yamlfile
+    from .config.yamlfile import read_yaml
 
-    doc = yamlfile.load(path)
+    doc = read_yaml(path)
     if shown:
         doc.shown = shown
     if not isinstance(doc.data, list) or not doc.data:

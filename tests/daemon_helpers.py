@@ -13,7 +13,7 @@ from typing import Any
 
 from conftest import child_env
 
-from runner.store import Store
+from runner.store import SqliteStore
 
 
 class DaemonProcess:
@@ -53,8 +53,8 @@ class DaemonProcess:
         self.proc.send_signal(sig)
         return self.proc.wait(timeout)
 
-    def store(self) -> Store:
-        return Store(self.root / ".runner")
+    def store(self) -> SqliteStore:
+        return SqliteStore(self.root / ".runner")
 
     def runs(self) -> list[dict[str, Any]]:
         return self.store().runs()

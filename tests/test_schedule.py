@@ -17,8 +17,9 @@ from zoneinfo import ZoneInfo
 import pytest
 from daemon_helpers import DaemonProcess
 
-from runner.store import Store
-from runner.triggers import Entry, missed_fire, time_trigger
+from runner.config import Entry
+from runner.schedule.triggers import missed_fire, time_trigger
+from runner.store import SqliteStore
 
 
 @pytest.fixture
@@ -123,7 +124,7 @@ def test_catch_up_after_downtime_runs_once(proj, daemons):
         {"goal": "nightly", "every": "1h", "checks_first": True},
         {"goal": "stale", "every": "1h", "checks_first": True, "misfire_grace": "10m"},
     )
-    store = Store(proj.root / ".runner")
+    store = SqliteStore(proj.root / ".runner")
     now = datetime.now(timezone.utc)
     store.update_entry("main/nightly/every", last_fire=(now - timedelta(hours=1, minutes=2)).isoformat())
     store.update_entry("main/stale/every", last_fire=(now - timedelta(hours=3)).isoformat())
@@ -268,7 +269,7 @@ def test_two_goals_twenty_triggers_one_slot_all_recorded(proj, daemons):
     monitor(proj, "y", check="sleep 0.2")
     proj.write("runner.yaml", proj.root.joinpath("runner.yaml").read_text() + "  max_concurrent_runs: 1\n")
     daemon = daemons(proj)
-    store = Store(proj.root / ".runner")
+    store = SqliteStore(proj.root / ".runner")
     for _ in range(20):
         store.send_command("trigger", "x")
         store.send_command("trigger", "y")

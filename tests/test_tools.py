@@ -11,8 +11,8 @@ import pytest
 from conftest import KEY, call
 
 from runner.config import Goal, ModelConfig, ToolEntry
-from runner.tools import Toolbox
-from runner.tools.process import OUTPUT_CAP, cap
+from runner.work.tools import Toolbox
+from runner.work.tools.process import OUTPUT_CAP, cap
 
 
 def toolbox(root: Path, workdir: str = ".", **fields) -> Toolbox:

@@ -6,16 +6,17 @@ fail the schema, a timeout or an exception all come back as the tool's result te
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ..config import BUILTIN_TOOLS, Goal, ToolEntry
+from ...config import BUILTIN_TOOLS, Goal, ToolEntry
 from . import files
+from .paths import PathGuard, ToolError
 from .process import cap, run_process, scrub_env
-from .sandbox import Sandbox, ToolError
 
 SHELL_TIMEOUT = 120.0
 SHELL_MAX_TIMEOUT = 600.0
@@ -58,10 +59,16 @@ class Toolbox:
 
     @classmethod
     def for_goal(cls, goal: Goal, env: dict[str, str] | None = None) -> Toolbox:
-        box = Sandbox.for_goal(goal)
+        box = PathGuard.for_goal(goal)
         environ = scrub_env(goal.env, env)
         entries = goal.tools if goal.tools is not None else [ToolEntry(name=n) for n in BUILTIN_TOOLS]
         return cls([_build(entry, box, environ) for entry in entries])
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(cls, goal: Goal) -> AsyncIterator[Toolbox]:
+        """The goal's tools for one run; whatever they started for it is stopped when the run leaves."""
+        yield cls.for_goal(goal)
 
     async def call(self, name: str, raw_arguments: str) -> str:
         tool = self.tools.get(name)
@@ -100,7 +107,7 @@ def describe_call(name: str, raw_arguments: str) -> str:
     return f"{name}: {text[:80]}" if text else name
 
 
-def _build(entry: ToolEntry, box: Sandbox, environ: dict[str, str]) -> Tool:
+def _build(entry: ToolEntry, box: PathGuard, environ: dict[str, str]) -> Tool:
     if entry.run is not None:
         run = partial(_run_command, entry, box, environ)
         return Tool(entry.name, entry.description or entry.name, entry.parameters, run)
@@ -125,13 +132,13 @@ def _build(entry: ToolEntry, box: Sandbox, environ: dict[str, str]) -> Tool:
     return Tool(entry.name, description, parameters, run)
 
 
-async def _run_shell(box: Sandbox, environ: dict[str, str], command: str, timeout: float = SHELL_TIMEOUT) -> str:
+async def _run_shell(box: PathGuard, environ: dict[str, str], command: str, timeout: float = SHELL_TIMEOUT) -> str:
     timeout = min(timeout, SHELL_MAX_TIMEOUT)
     result = await run_process(command, cwd=box.workdir, env=environ, timeout=timeout)
     return result.describe(timeout)
 
 
-async def _run_command(entry: ToolEntry, box: Sandbox, environ: dict[str, str], **arguments: Any) -> str:
+async def _run_command(entry: ToolEntry, box: PathGuard, environ: dict[str, str], **arguments: Any) -> str:
     payload = json.dumps(arguments).encode()
     result = await run_process(entry.run or "", cwd=box.workdir, env=environ, timeout=entry.timeout, stdin=payload)
     if result.timed_out or result.exit_code != 0:

@@ -6,10 +6,10 @@ import json
 
 import click
 
-from .cli import main, project_of, reports_errors
+from .common import project_of, reports_errors
 
 
-@main.command()
+@click.command()
 @click.option("--goal", "goal_name", help="Only this goal's runs.")
 @click.option("--limit", type=click.IntRange(1), help="Only the last N runs.")
 @click.option("--json", "as_json", is_flag=True)
@@ -19,10 +19,10 @@ def runs(ctx: click.Context, goal_name: str | None, limit: int | None, as_json: 
     """The history of runs, oldest first."""
     from rich.table import Table
 
+    from ..store import RUN_FIELDS, open_store
     from .display import table_console
-    from .store import RUN_FIELDS, Store
 
-    store = Store(project_of(ctx).state)
+    store = open_store(project_of(ctx))
     store.mark_interrupted()
     rows = store.runs(goal_name, limit)
     if as_json:
@@ -43,20 +43,19 @@ def runs(ctx: click.Context, goal_name: str | None, limit: int | None, as_json: 
     table_console().print(table)
 
 
-@main.command()
+@click.command()
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @reports_errors
 def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """One run: its outcome, checks, usage and transcript."""
-    from .store import Store
+    from ..store import open_store
 
-    store = Store(project_of(ctx).state)
+    store = open_store(project_of(ctx))
     store.mark_interrupted()
     run = store.run(run_id)
-    path = store.transcript_path(run["id"])
-    events = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
+    events = store.transcript_events(run["id"])
     if as_json:
         click.echo(json.dumps({**run, "transcript": events}, default=str))
         return
@@ -71,7 +70,7 @@ def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
         line = _transcript_line(event)
         if line:
             click.echo(line)
-    click.echo(f"transcript: {path}")
+    click.echo(f"transcript: {store.transcript_location(run['id'])}")
 
 
 def _transcript_line(event: dict) -> str | None:
@@ -86,7 +85,10 @@ def _transcript_line(event: dict) -> str | None:
             return f"  tool: {message['content'][:200]!r}"
         return f"  {message['role']}: {message['content'][:200]!r}"
     if kind == "check":
-        return f"  check {event['name']}: {'pass' if event['passed'] else 'fail'} ({event['kind']})"
+        return f"  check {event['name']}: {'pass' if event['passed'] else 'fail'} ({event['check_kind']})"
     if kind in ("attempt", "outcome"):
         return f"{kind}: {event.get('attempt') or event.get('outcome')}"
     return None
+
+
+COMMANDS = [runs, show]

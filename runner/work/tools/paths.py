@@ -1,4 +1,4 @@
-"""Where the agent's tools may reach: inside the goal's workdir, never onto a protected path."""
+"""Where the agent's file tools may reach: inside the goal's workdir, never onto a protected path."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..config import ALWAYS_PROTECTED, Goal
+from ...config import ALWAYS_PROTECTED, Goal
 
 INTERPRETERS = {"python", "python3", "sh", "bash", "node", "ruby", "perl", "zsh", "pytest", "deno", "bun", "php"}
 HIDDEN = {".env", ".runner"}
@@ -18,7 +18,7 @@ class ToolError(Exception):
     """A tool could not do what the model asked; the message goes back to the model."""
 
 
-class Sandbox:
+class PathGuard:
     """Resolves the model's paths against the workdir and refuses escapes and protected paths."""
 
     def __init__(self, workdir: Path, root: Path, protect: Iterable[str] = ()) -> None:
@@ -27,7 +27,7 @@ class Sandbox:
         self.patterns = [*ALWAYS_PROTECTED, *protect]
 
     @classmethod
-    def for_goal(cls, goal: Goal) -> Sandbox:
+    def for_goal(cls, goal: Goal) -> PathGuard:
         return cls(goal.workpath, goal.root, [*goal.protect, *check_scripts(goal)])
 
     def resolve(self, path: str, *, write: bool = False) -> Path:

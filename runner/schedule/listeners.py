@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .schedule import Daemon
+    from .daemon import Daemon
 
 log = logging.getLogger("runner.daemon")
 IGNORED_PARTS = {".runner", ".git", "__pycache__", "node_modules", ".venv"}
@@ -21,7 +21,7 @@ MAX_HEADER = 16_384
 
 def start_listeners(daemon: Daemon) -> list[asyncio.Task[Any]]:
     tasks = [asyncio.create_task(watch_files(daemon))]
-    if any(e.webhook for e in daemon.config.entries):
+    if any(e.webhook for e in daemon.catalog.entries):
         tasks.append(asyncio.create_task(serve_webhooks(daemon)))
     return tasks
 
@@ -37,7 +37,7 @@ async def watch_files(daemon: Daemon) -> None:
     """One watcher over the project; a watch entry fires once, `debounce` after the first matching change."""
     from watchfiles import awatch
 
-    root = daemon.config.project.root
+    root = daemon.catalog.project.root
     windows: dict[str, asyncio.Task[Any]] = {}
 
     def relevant(_change: Any, path: str) -> bool:
@@ -45,7 +45,7 @@ async def watch_files(daemon: Daemon) -> None:
 
     async for changes in awatch(root, watch_filter=relevant, debounce=200, step=20, stop_event=daemon.stopping):
         rels = {Path(path).resolve().relative_to(root).as_posix() for _, path in changes}
-        for entry in daemon.config.entries:
+        for entry in daemon.catalog.entries:
             if not entry.watch or not entry.enabled:
                 continue
             hits = sorted(rel for rel in rels if any(glob_match(rel, p) for p in entry.watch))
@@ -71,7 +71,7 @@ async def serve_webhooks(daemon: Daemon) -> None:
     settings = daemon.settings.webhook
     server = await asyncio.start_server(lambda r, w: _handle(daemon, r, w), settings.host, settings.port)
     port = server.sockets[0].getsockname()[1]
-    (daemon.config.project.state / "webhook.port").write_text(str(port))
+    (daemon.catalog.project.state / "webhook.port").write_text(str(port))
     log.info("webhooks listen on http://%s:%d/hooks/NAME", settings.host, port)
     async with server:
         await server.serve_forever()
@@ -101,7 +101,7 @@ async def _respond(daemon: Daemon, reader: asyncio.StreamReader) -> tuple[int, s
     method, path, _ = lines[0].split(" ", 2)
     headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
     name = path.split("?")[0].removeprefix("/hooks/")
-    entry = next((e for e in daemon.config.entries if e.webhook == name and path.startswith("/hooks/")), None)
+    entry = next((e for e in daemon.catalog.entries if e.webhook == name and path.startswith("/hooks/")), None)
     if method != "POST":
         return 405, "method not allowed"
     if entry is None:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import ModelConfig
-from .errors import ConfigError, ProviderError
+from ..config import ModelConfig
+from ..errors import ConfigError, ProviderError
 
 
 @dataclass
@@ -56,7 +56,7 @@ class Model:
     def open(cls, config: ModelConfig, root: Path) -> Model:
         """Resolve the endpoint and key; a `script:PATH` model is served by runner.testing on 127.0.0.1."""
         if config.name.startswith("script:"):
-            from . import testing
+            from .. import testing
 
             path = (root / config.name.removeprefix("script:")).resolve()
             if not path.is_file():
@@ -81,7 +81,7 @@ class Model:
     async def aclose(self) -> None:
         await self.client.close()
         if self._script_url:
-            from . import testing
+            from .. import testing
 
             testing.shared_server().close_session(self._script_url)
 

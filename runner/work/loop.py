@@ -13,18 +13,16 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from .config import Limits
-from .errors import ProviderError
+from ..config import Limits
+from ..errors import ProviderError
+from ..vocabulary import FORCED, Event, StopReason
 from .model import Model, Reply
 from .tools import Toolbox, describe_call
 
-StopReason = Literal["completed", "max_steps", "max_tokens", "timeout", "length", "error", "cancelled"]
-FORCED: tuple[StopReason, ...] = ("max_steps", "max_tokens", "timeout")
-
 Observer = Callable[[str, dict[str, Any]], None]
-"""Receives events: `message`, `step`, `tool_call`, `tool_result`, `stopped` with their data."""
+"""Receives each event (a kind of `vocabulary.Event`) with its data."""
 
 
 def ignore(kind: str, data: dict[str, Any]) -> None:
@@ -66,11 +64,11 @@ class WorkLoop:
                     result.stop_reason = stop
                     break
                 result.steps += 1
-                self.observe("step", {"step": result.steps})
+                self.observe(Event.STEP, {"step": result.steps})
                 reply = await self._within_time(self.model.chat(messages, self.toolbox.schemas))
                 result.tokens += reply.tokens
                 self.observe(
-                    "reply", {"step": result.steps, "finish_reason": reply.finish_reason, "usage": reply.usage}
+                    Event.REPLY, {"step": result.steps, "finish_reason": reply.finish_reason, "usage": reply.usage}
                 )
                 self._append(messages, reply.message)
                 if reply.message.get("content"):
@@ -86,11 +84,11 @@ class WorkLoop:
         except asyncio.CancelledError:
             result.stop_reason = "cancelled"
             self._close_open_calls(messages, "cancelled")
-            self.observe("stopped", {"reason": "cancelled", "steps": result.steps, "tokens": result.tokens})
+            self.observe(Event.STOPPED, {"reason": "cancelled", "steps": result.steps, "tokens": result.tokens})
             raise
         self._close_open_calls(messages, result.stop_reason)
         self.observe(
-            "stopped",
+            Event.STOPPED,
             {"reason": result.stop_reason, "steps": result.steps, "tokens": result.tokens, "error": result.error},
         )
         return result
@@ -118,11 +116,11 @@ class WorkLoop:
     async def _run_tool(self, step: int, call: dict[str, Any]) -> str:
         name, arguments = call["function"]["name"], call["function"]["arguments"]
         summary = describe_call(name, arguments)
-        self.observe("tool_call", {"step": step, "id": call["id"], "name": name, "summary": summary})
+        self.observe(Event.TOOL_CALL, {"step": step, "id": call["id"], "name": name, "summary": summary})
         started = time.monotonic()
         output = await self.toolbox.call(name, arguments)
         self.observe(
-            "tool_result",
+            Event.TOOL_RESULT,
             {
                 "step": step,
                 "id": call["id"],
@@ -136,7 +134,7 @@ class WorkLoop:
 
     def _append(self, messages: list[dict[str, Any]], message: dict[str, Any]) -> None:
         messages.append(message)
-        self.observe("message", {"message": message})
+        self.observe(Event.MESSAGE, {"message": message})
 
     def _close_open_calls(self, messages: list[dict[str, Any]], reason: str) -> None:
         """A round cut short leaves calls without results; answer them so the conversation stays valid."""

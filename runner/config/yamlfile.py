@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 Loc = tuple[Any, ...]
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -75,7 +75,7 @@ def explain(error: Any) -> str:
     return message
 
 
-def load(path: Path, root: Path | None = None, environ: dict[str, str] | None = None) -> Document:
+def read_yaml(path: Path, root: Path | None = None, environ: dict[str, str] | None = None) -> Document:
     """Read and parse a YAML file, expanding ${VAR} and ${VAR:-default} in every string."""
     shown = _shown(path, root)
     try:

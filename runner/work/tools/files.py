@@ -8,8 +8,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from .paths import HIDDEN, PathGuard, ToolError
 from .process import cap
-from .sandbox import HIDDEN, Sandbox, ToolError
 
 MAX_LIST = 500
 MAX_MATCHES = 200
@@ -53,7 +53,7 @@ SCHEMAS = {
 }
 
 
-def read_file(box: Sandbox, path: str, offset: int = 1, limit: int = READ_LINES) -> str:
+def read_file(box: PathGuard, path: str, offset: int = 1, limit: int = READ_LINES) -> str:
     full = box.resolve(path)
     text = _read_text(full, path)
     lines = text.splitlines(keepends=True)
@@ -66,7 +66,7 @@ def read_file(box: Sandbox, path: str, offset: int = 1, limit: int = READ_LINES)
     return cap(chosen).rstrip("\n") + f"\n[{more} more lines: read on with offset={offset + limit}]"
 
 
-def write_file(box: Sandbox, path: str, content: str) -> str:
+def write_file(box: PathGuard, path: str, content: str) -> str:
     full = box.resolve(path, write=True)
     if full.is_dir():
         raise ToolError(f"{path} is a folder")
@@ -75,7 +75,7 @@ def write_file(box: Sandbox, path: str, content: str) -> str:
     return f"wrote {len(content.encode())} bytes to {box.show(full)}"
 
 
-def edit_file(box: Sandbox, path: str, old_text: str, new_text: str) -> str:
+def edit_file(box: PathGuard, path: str, old_text: str, new_text: str) -> str:
     full = box.resolve(path, write=True)
     text = _read_text(full, path)
     if not old_text:
@@ -88,7 +88,7 @@ def edit_file(box: Sandbox, path: str, old_text: str, new_text: str) -> str:
     return f"edited {box.show(full)}"
 
 
-def list_files(box: Sandbox, path: str = ".", pattern: str | None = None) -> str:
+def list_files(box: PathGuard, path: str = ".", pattern: str | None = None) -> str:
     folder = box.resolve(path)
     if not folder.is_dir():
         raise ToolError(f"{path} is not a folder")
@@ -99,7 +99,7 @@ def list_files(box: Sandbox, path: str = ".", pattern: str | None = None) -> str
     return "\n".join(names[:MAX_LIST]) + extra
 
 
-def search_files(box: Sandbox, pattern: str, path: str = ".", glob: str | None = None) -> str:
+def search_files(box: PathGuard, pattern: str, path: str = ".", glob: str | None = None) -> str:
     try:
         regex = re.compile(pattern)
     except re.error as exc:
@@ -134,7 +134,7 @@ def _read_text(full: Path, path: str) -> str:
         raise ToolError(f"{path} is not UTF-8 text") from None
 
 
-def _walk(box: Sandbox, folder: Path) -> Iterator[Path]:
+def _walk(box: PathGuard, folder: Path) -> Iterator[Path]:
     for current, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
         for name in sorted(files):

@@ -12,32 +12,18 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from . import prompts
+from .. import prompts
+from ..config import Goal
+from ..errors import RunnerError
+from ..store import Store, now
+from ..vocabulary import Event, Outcome
+from ..work import Model, Observer, Toolbox, WorkLoop, WorkResult, ignore
+from ..work.tools.process import run_process, scrub_env, spawned
 from .checks import Approver, CheckContext, CheckResult, run_checks
-from .config import Goal
-from .errors import RunnerError
-from .model import Model
-from .store import Store, now
+from .feedback import Feedback, describe_failures, signature
 from .tamper import Snapshot
-from .tools import Toolbox
-from .tools.process import cap, run_process, scrub_env, spawned
-from .work import Observer, WorkLoop, WorkResult, ignore
-
-Outcome = Literal[
-    "achieved",
-    "satisfied",
-    "not_achieved",
-    "stuck",
-    "tampered",
-    "error",
-    "cancelled",
-    "interrupted",
-    "awaiting_approval",
-    "rejected",
-]
-FEEDBACK_OUTPUT_CAP = 2_000
 
 
 @dataclass
@@ -75,20 +61,20 @@ async def run_goal(
     store: Store,
     *,
     trigger: str = "manual",
-    entry: str | None = None,
+    entry_id: str | None = None,
     observe: Observer = ignore,
     approver: Approver | None = None,
     checks_first: bool | None = None,
 ) -> RunResult:
     """Run one goal once, work + verify, and record it. Cancellation ends it `cancelled`, not with an exception."""
-    run_id = store.new_run(goal.name, trigger, entry)
+    run_id = store.new_run(goal.name, trigger, entry_id)
     transcript = store.transcript(run_id)
 
     def record(kind: str, data: dict[str, Any]) -> None:
         transcript.append(kind, data)
         observe(kind, data)
 
-    record("run", {"run_id": run_id, "goal": goal.name, "trigger": trigger})
+    record(Event.RUN, {"run_id": run_id, "goal": goal.name, "trigger": trigger})
     spawned.set(lambda pid, alive: store.track_process(run_id, pid, alive))
     verifier = Verifier(goal, store, RunResult(run_id, goal.name), record, approver)
     try:
@@ -103,60 +89,22 @@ class Verifier:
         self.started = time.monotonic()
         self.model: Model | None = None
         self.judge: Model | None = None
-        self.failed_before: set[str] | None = None
+        self.feedback = Feedback()
         self.work: WorkLoop | None = None
 
     async def run(self, checks_first: bool) -> RunResult:
-        goal, verify = self.goal, self.goal.verify
+        goal = self.goal
         try:
             first_feedback = None
             if checks_first:
                 results = await self._checks(0)
                 if all(r.passed for r in results):
                     return self._finish("satisfied")
-                first_feedback = prompts.CHECKS_FAILED_BEFORE_WORK.format(checks=_describe_failures(results))
+                first_feedback = prompts.CHECKS_FAILED_BEFORE_WORK.format(checks=describe_failures(results))
             self.model = Model.open(goal.model, goal.root)
             self.judge = Model.open(goal.judge_model, goal.root) if goal.judge_model else self.model
-            toolbox = Toolbox.for_goal(goal)
-            messages = self._conversation(first_feedback)
-            failing: list[tuple[Any, ...]] = []
-            for attempt in range(1, verify.max_attempts + 1):
-                self._begin_attempt(attempt)
-                snapshot = Snapshot.take(goal)
-                self.work = WorkLoop(self.model, toolbox, goal.limits, self.record)
-                work = await self.work.run(messages)
-                self._end_attempt(attempt, work)
-                changed = snapshot.changes()
-                if changed:
-                    snapshot.restore(changed)
-                    return self._finish(
-                        "tampered",
-                        error=f"the attempt changed protected files: {', '.join(changed)}"
-                        " (their original content was put back)",
-                    )
-                if work.stop_reason == "error":
-                    return self._finish("error", error=work.error)
-                results = await self._checks(attempt)
-                if not verify.checks:
-                    return self._finish("achieved" if work.stop_reason == "completed" else "not_achieved")
-                if all(r.passed for r in results):
-                    return self._finish("achieved")
-                if any(r.kind == "approve" and not r.passed and not r.skipped for r in results):
-                    return self._finish("rejected", error=next(r.reason for r in results if r.kind == "approve"))
-                failing.append(_signature(results))
-                if attempt == verify.max_attempts:
-                    return self._finish("not_achieved")
-                if len(failing) >= verify.stuck_after and len(set(failing[-verify.stuck_after :])) == 1:
-                    return self._finish(
-                        "stuck", error=f"the same checks failed the same way {verify.stuck_after} attempts in a row"
-                    )
-                feedback = self._feedback(attempt, results)
-                await self._before_retry()
-                messages = self._conversation(feedback) if verify.fresh_context else messages
-                if not verify.fresh_context:
-                    messages.append({"role": "user", "content": feedback})
-                    self.record("message", {"message": messages[-1]})
-            return self._finish("not_achieved")
+            async with Toolbox.open(goal) as toolbox:
+                return await self._attempts(toolbox, first_feedback)
         except asyncio.CancelledError:
             if self.work is not None and self.work.result is not None:  # cancelled inside the work loop
                 self._end_attempt(self.result.attempts, self.work.result)
@@ -166,6 +114,58 @@ class Verifier:
         finally:
             for model in {id(m): m for m in (self.model, self.judge) if m is not None}.values():
                 await model.aclose()
+
+    async def _attempts(self, toolbox: Toolbox, first_feedback: str | None) -> RunResult:
+        """Work, then check, up to max_attempts; the outcome of the run."""
+        goal, verify = self.goal, self.goal.verify
+        messages = self._conversation(first_feedback)
+        failing: list[tuple[Any, ...]] = []
+        for attempt in range(1, verify.max_attempts + 1):
+            self._begin_attempt(attempt)
+            snapshot = Snapshot.take(goal)
+            assert self.model is not None
+            self.work = WorkLoop(self.model, toolbox, goal.limits, self.record)
+            work = await self.work.run(messages)
+            self._end_attempt(attempt, work)
+            changed = snapshot.changes()
+            if changed:
+                snapshot.restore(changed)
+                return self._finish(
+                    "tampered",
+                    error=f"the attempt changed protected files: {', '.join(changed)}"
+                    " (their original content was put back)",
+                )
+            if work.stop_reason == "error":
+                return self._finish("error", error=work.error)
+            results = await self._checks(attempt)
+            if not verify.checks:
+                return self._finish("achieved" if work.stop_reason == "completed" else "not_achieved")
+            if all(r.passed for r in results):
+                return self._finish("achieved")
+            if any(r.kind == "approve" and not r.passed and not r.skipped for r in results):
+                return self._finish("rejected", error=next(r.reason for r in results if r.kind == "approve"))
+            failing.append(signature(results))
+            if attempt == verify.max_attempts:
+                break
+            if len(failing) >= verify.stuck_after and len(set(failing[-verify.stuck_after :])) == 1:
+                return self._finish(
+                    "stuck", error=f"the same checks failed the same way {verify.stuck_after} attempts in a row"
+                )
+            messages = await self._retry(attempt, results, messages)
+        return self._finish("not_achieved")
+
+    async def _retry(
+        self, attempt: int, results: list[CheckResult], messages: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Feedback for the next attempt: appended to the conversation, or a fresh one holding it."""
+        feedback = self.feedback.after(attempt, results)
+        self.record(Event.FEEDBACK, {"attempt": attempt, "text": feedback})
+        await self._before_retry()
+        if self.goal.verify.fresh_context:
+            return self._conversation(feedback)
+        messages.append({"role": "user", "content": feedback})
+        self.record(Event.MESSAGE, {"message": messages[-1]})
+        return messages
 
     def _conversation(self, feedback: str | None) -> list[dict[str, Any]]:
         system = prompts.SYSTEM.format(workdir=self.goal.workpath)
@@ -178,14 +178,14 @@ class Verifier:
             prompt = f"{prompt}\n\n{feedback}"
         messages = [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
         for message in messages:
-            self.record("message", {"message": message})
+            self.record(Event.MESSAGE, {"message": message})
         return messages
 
     def _begin_attempt(self, attempt: int) -> None:
         self.result.attempts = attempt
         self.store.record_attempt(self.result.run_id, attempt)
         self.store.update_run(self.result.run_id, attempts=attempt)
-        self.record("attempt", {"attempt": attempt, "of": self.goal.verify.max_attempts})
+        self.record(Event.ATTEMPT, {"attempt": attempt, "of": self.goal.verify.max_attempts})
 
     def _end_attempt(self, attempt: int, work: WorkResult) -> None:
         self.work = None
@@ -208,32 +208,18 @@ class Verifier:
     async def _checks(self, attempt: int) -> list[CheckResult]:
         def recorded(position: int, result: CheckResult) -> None:
             self.store.record_check(self.result.run_id, attempt, position, **result.columns())
-            self.record("check", {"attempt": attempt, **result.record()})
+            self.record(Event.CHECK, {"attempt": attempt, **result.record()})
 
         context = CheckContext(self.goal, self.result.run_id, attempt, self.judge, self.approver)
         self.result.checks = await run_checks(context, self.goal.verify.checks, on_result=recorded)
         return self.result.checks
-
-    def _feedback(self, attempt: int, results: list[CheckResult]) -> str:
-        failed = [r for r in results if not r.passed and not r.skipped]
-        changes = ""
-        previous, names = self.failed_before, {r.name for r in failed}
-        if previous is not None:
-            new, fixed = sorted(names - previous), sorted(previous - names)
-            changes = prompts.FEEDBACK_CHANGES.format(new=", ".join(new) or "none", fixed=", ".join(fixed) or "none")
-        self.failed_before = names
-        text = prompts.FEEDBACK.format(
-            attempt=attempt, failed=len(failed), total=len(results), changes=changes, checks=_describe_failures(results)
-        ).replace("\n\n\n", "\n\n")
-        self.record("feedback", {"attempt": attempt, "text": text})
-        return text
 
     async def _before_retry(self) -> None:
         command = self.goal.verify.before_retry
         if not command:
             return
         result = await run_process(command, cwd=self.goal.workpath, env=scrub_env(self.goal.env), timeout=300)
-        self.record("before_retry", {"command": command, "exit_code": result.exit_code, "output": result.output})
+        self.record(Event.BEFORE_RETRY, {"command": command, "exit_code": result.exit_code, "output": result.output})
 
     def _finish(self, outcome: Outcome, error: str | None = None) -> RunResult:
         result = self.result
@@ -251,7 +237,7 @@ class Verifier:
                 tokens=result.tokens,
             )
         self.record(
-            "outcome",
+            Event.OUTCOME,
             {
                 "outcome": result.outcome,
                 "error": error,
@@ -263,24 +249,3 @@ class Verifier:
         )
         return result
 
-
-def _describe_failures(results: list[CheckResult]) -> str:
-    parts = []
-    for r in results:
-        if r.passed or r.skipped:
-            continue
-        if r.kind == "judge":
-            status = f"judge: {r.reason}"
-        elif r.kind == "approve":
-            status = f"a person said no: {r.reason}"
-        else:
-            status = r.reason or f"exit code {r.exit_code}"
-        output = cap(r.output, FEEDBACK_OUTPUT_CAP) if r.kind == "run" else ""
-        parts.append(
-            prompts.FAILED_CHECK.format(name=r.name, command=r.command or r.kind, status=status, output=output).rstrip()
-        )
-    return "\n\n".join(parts)
-
-
-def _signature(results: list[CheckResult]) -> tuple[Any, ...]:
-    return tuple((r.name, r.exit_code, r.output, r.reason) for r in results if not r.passed)

@@ -7,11 +7,11 @@ import sys
 
 import click
 
-from .cli import main, reports_errors
-from .errors import ConfigError
+from ..errors import ConfigError
+from .common import reports_errors
 
 
-@main.command()
+@click.command()
 @click.option("-v", "--verbose", is_flag=True, help="Also log APScheduler's and the HTTP client's messages.")
 @click.pass_context
 @reports_errors
@@ -19,7 +19,7 @@ def daemon(ctx: click.Context, verbose: bool) -> None:
     """Run the schedule loop in the foreground until SIGTERM or SIGINT."""
     import logging
 
-    from .schedule import Daemon
+    from ..schedule.daemon import Daemon
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     if not verbose:
@@ -34,17 +34,18 @@ def daemon(ctx: click.Context, verbose: bool) -> None:
     asyncio.run(serve())  # the daemon handles SIGTERM/SIGINT itself: drain, then cancel
 
 
-@main.command(name="list")
+@click.command(name="list")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 @reports_errors
 def list_goals(ctx: click.Context, as_json: bool) -> None:
     """Goals, their schedule entries, next fire times, last outcomes and paused state."""
-    from .store import Store
-    from .triggers import Config, describe, next_fire
+    from ..config import Catalog
+    from ..schedule.triggers import describe, next_fire
+    from ..store import open_store
 
-    config = Config.load(ctx.obj)
-    store = Store(config.project.state)
+    config = Catalog.load(ctx.obj)
+    store = open_store(config.project)
     rows = []
     for name in sorted(config.goals):
         runs = store.runs(name, limit=1)
@@ -83,20 +84,20 @@ def list_goals(ctx: click.Context, as_json: bool) -> None:
     table_console().print(table)
 
 
-@main.command()
+@click.command()
 @click.argument("name")
 @click.pass_context
 @reports_errors
 def trigger(ctx: click.Context, name: str) -> None:
     """Ask the running daemon to run goal NAME now (queued like any trigger)."""
-    from .schedule import daemon_pid
-    from .store import Store
-    from .triggers import Config
+    from ..config import Catalog
+    from ..schedule.daemon import daemon_pid
+    from ..store import open_store
 
-    config = Config.load(ctx.obj)
+    config = Catalog.load(ctx.obj)
     if name not in config.goals:
         raise ConfigError(f"no goal named {name!r} (goals: {', '.join(sorted(config.goals)) or 'none'})")
-    Store(config.project.state).send_command("trigger", name)
+    open_store(config.project).send_command("trigger", name)
     pid = daemon_pid(config.project)
     if pid:
         click.echo(f"triggered {name}: the daemon (pid {pid}) runs it as soon as the goal is free")
@@ -104,7 +105,7 @@ def trigger(ctx: click.Context, name: str) -> None:
         click.echo(f"queued {name}: no daemon is running now; it runs when `runner daemon` starts")
 
 
-@main.command()
+@click.command()
 @click.argument("name")
 @click.pass_context
 @reports_errors
@@ -113,7 +114,7 @@ def pause(ctx: click.Context, name: str) -> None:
     set_paused(ctx, name, True)
 
 
-@main.command()
+@click.command()
 @click.argument("name")
 @click.pass_context
 @reports_errors
@@ -123,15 +124,18 @@ def resume(ctx: click.Context, name: str) -> None:
 
 
 def set_paused(ctx: click.Context, name: str, paused: bool) -> None:
-    from .store import Store
-    from .triggers import Config
+    from ..config import Catalog
+    from ..store import open_store
 
-    config = Config.load(ctx.obj)
+    config = Catalog.load(ctx.obj)
     entries = [e for e in config.entries if name in (e.goal, e.id)]
     if not entries:
         raise ConfigError(f"no schedule entry for {name!r} (entries: {', '.join(e.id for e in config.entries)})")
-    store = Store(config.project.state)
+    store = open_store(config.project)
     for entry in entries:
         store.update_entry(entry.id, paused=int(paused), failures=0)
         store.log_event("paused" if paused else "resumed", entry.goal, entry.id, "by the command line")
         click.echo(f"{'paused' if paused else 'resumed'} {entry.id}")
+
+
+COMMANDS = [daemon, list_goals, trigger, pause, resume]

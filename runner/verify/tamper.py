@@ -7,8 +7,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import ALWAYS_PROTECTED, Goal
-from .tools.sandbox import check_scripts
+from ..config import ALWAYS_PROTECTED, Goal
+from ..work.tools.paths import check_scripts
 
 NOT_LOCKED = {".runner"}
 """runner's own state changes during a run; the file tools already refuse it."""

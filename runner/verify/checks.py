@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from . import prompts
-from .config import Check, Goal
-from .errors import ProviderError
-from .model import Model
-from .store import Store
-from .tools.process import cap, run_process, scrub_env
-from .tools.sandbox import Sandbox, ToolError
+from .. import prompts
+from ..config import Check, Goal
+from ..errors import ProviderError
+from ..work.model import Model
+from ..work.tools.paths import PathGuard, ToolError
+from ..work.tools.process import cap, run_process, scrub_env
 
 CHECK_OUTPUT_CAP = 8_000
 JUDGE_FILE_CAP = 20_000
@@ -36,7 +33,10 @@ class CheckResult:
     skipped: bool = False
 
     def record(self) -> dict[str, Any]:
-        return asdict(self)
+        """The check as a `check` event: its own kind is `check_kind` (an event's `kind` is the event's)."""
+        data = asdict(self)
+        data["check_kind"] = data.pop("kind")
+        return data
 
     def columns(self) -> dict[str, Any]:
         """The fields the store keeps of a check."""
@@ -52,6 +52,8 @@ class CheckResult:
 
 
 class Approver(Protocol):
+    """Whoever answers `approve` checks: a person at the terminal, or one answering later through the store."""
+
     async def __call__(self, run_id: str, check: Check) -> tuple[bool, str | None]:
         """True to approve; the reason given, if any."""
         ...
@@ -134,7 +136,7 @@ async def judge_check(ctx: CheckContext, check: Check, earlier: list[CheckResult
     name = check.name or ""
     if ctx.judge is None:
         return CheckResult(name, "judge", False, reason="no judge model is available")
-    box = Sandbox.for_goal(ctx.goal)
+    box = PathGuard.for_goal(ctx.goal)
     evidence = [_file_evidence(box, path) for path in check.files]
     evidence += [
         prompts.JUDGE_CHECK_OUTPUT.format(name=r.name, exit_code=r.exit_code, output=cap(r.output, 4000))
@@ -174,7 +176,7 @@ def parse_verdict(text: str) -> tuple[bool, str] | None:
     return None
 
 
-def _file_evidence(box: Sandbox, path: str) -> str:
+def _file_evidence(box: PathGuard, path: str) -> str:
     try:
         full = box.resolve(path)
         content = cap(full.read_text(encoding="utf-8", errors="replace"), JUDGE_FILE_CAP)
@@ -190,44 +192,3 @@ async def approve_check(ctx: CheckContext, check: Check) -> CheckResult:
         return CheckResult(check.name or "", "approve", False, reason="nobody can be asked")
     approved, reason = await ctx.approver(ctx.run_id, check)
     return CheckResult(check.name or "", "approve", approved, reason=reason or ("approved" if approved else "rejected"))
-
-
-class TerminalApprover:
-    """Asks at the terminal: y approves, anything else rejects (with the reason typed after)."""
-
-    async def __call__(self, run_id: str, check: Check) -> tuple[bool, str | None]:
-        answer = await asyncio.to_thread(_ask, f"{check.approve} [y/N] ")
-        if answer.strip().lower() in ("y", "yes"):
-            return True, "approved at the terminal"
-        reason = await asyncio.to_thread(_ask, "Reason (optional): ")
-        return False, reason.strip() or "rejected at the terminal"
-
-
-def _ask(question: str) -> str:
-    sys.stderr.write(question)
-    sys.stderr.flush()
-    return sys.stdin.readline()
-
-
-class StoreApprover:
-    """Without a terminal: the run waits as `awaiting_approval` until `runner approve` or `runner reject`."""
-
-    def __init__(self, store: Store, poll: float = 0.3) -> None:
-        self.store = store
-        self.poll = poll
-        self.waiting: set[asyncio.Task[Any]] = set()
-        """The tasks waiting on a person now; a shutting-down daemon need not give them its grace."""
-
-    async def __call__(self, run_id: str, check: Check) -> tuple[bool, str | None]:
-        # Cancelled or killed while waiting, the run stays `awaiting_approval`: `runner approve` finishes it.
-        self.store.update_run(run_id, outcome="awaiting_approval", pending=check.name)
-        task = asyncio.current_task()
-        assert task is not None
-        self.waiting.add(task)
-        try:
-            while (answer := self.store.take_answer(run_id)) is None:
-                await asyncio.sleep(self.poll)
-        finally:
-            self.waiting.discard(task)
-        self.store.update_run(run_id, outcome="running", pending=None)
-        return answer[0] == "approve", answer[1]

@@ -1,17 +1,18 @@
-"""Schedule entries (`schedules/*.yaml`) and their triggers: cron, every, at, watch, webhook, after."""
+"""Schedule entries (`schedules/*.yaml`), and the `Catalog` of every goal and entry a project declares."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from . import yamlfile
-from .config import Duration, Goal, Project, Strict, StrList
-from .errors import ConfigError
+from ..errors import ConfigError
+from .models import Duration, Goal, Strict, StrList
+from .project import Project, goal_from_file, load_project
+from .yamlfile import Document, read_yaml
 
 TRIGGERS = ("cron", "every", "at", "watch", "webhook", "after")
 
@@ -124,7 +125,7 @@ def load_schedules(project: Project, goals: dict[str, Goal], goal_names: set[str
     problems: list[str] = []
     for path in project.schedule_files():
         try:
-            doc = yamlfile.load(path, project.root)
+            doc = read_yaml(path, project.root)
         except ConfigError as exc:
             problems += exc.problems
             continue
@@ -147,13 +148,13 @@ def load_schedules(project: Project, goals: dict[str, Goal], goal_names: set[str
     return entries
 
 
-def _references(doc: yamlfile.Document, i: int, entry: Entry, known: set[str], project: Project) -> list[str]:
+def _references(doc: Document, i: int, entry: Entry, known: set[str], project: Project) -> list[str]:
     problems = []
     if entry.goal not in known:
         problems.append(doc.problem((i, "goal"), f"unknown goal {entry.goal!r} (goals: {', '.join(sorted(known))})"))
     if entry.after is not None and entry.after not in known:
         problems.append(doc.problem((i, "after"), f"unknown goal {entry.after!r}"))
-    if entry.webhook is not None and not (entry.secret or project.config.daemon.webhook.secret):
+    if entry.webhook is not None and not (entry.secret or project.settings.daemon.webhook.secret):
         problems.append(doc.problem((i, "webhook"), "a webhook needs `secret:` (or daemon.webhook.secret)"))
     return problems
 
@@ -166,75 +167,17 @@ def _entry_id(stem: str, entry: Entry, taken: set[str]) -> str:
     return name
 
 
-def time_trigger(entry: Entry) -> Any:
-    """The APScheduler trigger of a cron, every or at entry (None for event triggers)."""
-    from apscheduler.triggers.date import DateTrigger
-    from apscheduler.triggers.interval import IntervalTrigger
-
-    if entry.cron is not None:
-        from .clock import OnceAWallTime
-
-        return OnceAWallTime(entry.cron_trigger(), fixed_hour=entry.cron.split()[1] != "*")
-    if entry.every is not None:
-        return IntervalTrigger(seconds=entry.every, end_date=entry.until, timezone=entry.zone())
-    if entry.at is not None:
-        return DateTrigger(run_date=entry.at)
-    return None
-
-
-def missed_fire(entry: Entry, last_fire: datetime | None, now: datetime) -> datetime | None:
-    """The first fire time after `last_fire` if it is already past (the daemon was down), else None."""
-    if entry.at is not None:
-        return entry.at if last_fire is None and entry.at <= now else None
-    if last_fire is None:
-        return None
-    if entry.every is not None:
-        fire = last_fire + timedelta(seconds=entry.every)
-    else:
-        fire = time_trigger(entry).get_next_fire_time(last_fire, last_fire + timedelta(microseconds=1))
-    return fire if fire is not None and fire <= now else None
-
-
-def describe(entry: Entry) -> str:
-    if entry.cron is not None:
-        return f"cron {entry.cron}" + (f" ({entry.timezone})" if entry.timezone else "")
-    if entry.every is not None:
-        return f"every {entry.every:g}s"
-    if entry.at is not None:
-        return f"at {entry.at.isoformat()}"
-    if entry.watch is not None:
-        return f"watch {', '.join(entry.watch)}"
-    if entry.webhook is not None:
-        return f"webhook /hooks/{entry.webhook}"
-    return f"after {entry.after} ({entry.on})"
-
-
-def next_fire(entry: Entry, last_fire: str | None) -> datetime | None:
-    """When a time entry fires next, as far as the store knows (None for event triggers)."""
-    now = datetime.now(timezone.utc)
-    if entry.every is not None:
-        last = datetime.fromisoformat(last_fire) if last_fire else now
-        return max(last + timedelta(seconds=entry.every), now)
-    if entry.at is not None:
-        return entry.at if entry.at > now and not last_fire else None
-    if entry.cron is not None:
-        return time_trigger(entry).get_next_fire_time(None, now)
-    return None
-
-
 @dataclass
-class Config:
-    """Everything a project declares: runner.yaml, the goals by name and the schedule entries."""
+class Catalog:
+    """Everything a project declares: its settings (runner.yaml), the goals by name and the schedule entries."""
 
     project: Project
     goals: dict[str, Goal]
     entries: list[Entry]
 
     @classmethod
-    def load(cls, root: Any = None) -> Config:
+    def load(cls, root: Any = None) -> Catalog:
         """Load and validate every file; all problems at once, each `file:line: field: ...`."""
-        from .config import goal_from_file, load_project
-
         project = load_project(root)
         goals: dict[str, Goal] = {}
         problems: list[str] = []

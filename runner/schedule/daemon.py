@@ -25,15 +25,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
-from .checks import StoreApprover
-from .config import Goal, Project
-from .errors import ConfigError, DaemonError
-from .store import Store
-from .triggers import Config, Entry, missed_fire, time_trigger
-from .verify import RunResult, run_goal
+from ..config import Catalog, Entry, Goal, Project
+from ..errors import ConfigError, DaemonError
+from ..store import open_store
+from ..verify import RunResult, StoreApprover, run_goal
+from ..vocabulary import GOOD
+from .triggers import missed_fire, time_trigger
 
 log = logging.getLogger("runner.daemon")
-GOOD = ("achieved", "satisfied")
 NOT_COUNTED = ("cancelled", "awaiting_approval")
 """Outcomes that neither trip the circuit breaker nor chain `after` entries."""
 
@@ -49,9 +48,9 @@ class Slot:
 class Daemon:
     def __init__(self, root: Any = None) -> None:
         self.root = root
-        self.config = Config.load(root)
-        self.store = Store(self.config.project.state)
-        self.settings = self.config.project.config.daemon
+        self.catalog = Catalog.load(root)
+        self.store = open_store(self.catalog.project)
+        self.settings = self.catalog.project.settings.daemon
         self.slots: dict[str, Slot] = {}
         self.semaphore = asyncio.Semaphore(self.settings.max_concurrent_runs)
         self.stopping = asyncio.Event()
@@ -87,8 +86,8 @@ class Daemon:
         self.listeners.append(asyncio.create_task(self.read_commands()))
         log.info(
             "daemon started: %d goals, %d entries, max %d runs at once",
-            len(self.config.goals),
-            len(self.config.entries),
+            len(self.catalog.goals),
+            len(self.catalog.entries),
             self.settings.max_concurrent_runs,
         )
         await self.stopping.wait()
@@ -116,12 +115,12 @@ class Daemon:
         log.info("daemon stopped")
 
     def _take_lock(self) -> None:
-        path = self.config.project.state / "daemon.lock"
+        path = self.catalog.project.state / "daemon.lock"
         self._lock = path.open("a+")
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise DaemonError(f"another daemon is already running for {self.config.project.root}") from None
+            raise DaemonError(f"another daemon is already running for {self.catalog.project.root}") from None
         self._lock.truncate(0)
         self._lock.write(str(os.getpid()))
         self._lock.flush()
@@ -132,7 +131,7 @@ class Daemon:
     # scheduling
     def schedule_all(self) -> None:
         self.scheduler.remove_all_jobs()
-        for entry in self.config.entries:
+        for entry in self.catalog.entries:
             trigger = time_trigger(entry) if entry.enabled else None
             if trigger is None:
                 continue
@@ -150,7 +149,7 @@ class Daemon:
 
     def catch_up(self) -> None:
         now = _now()
-        for entry in self.config.entries:
+        for entry in self.catalog.entries:
             if not (entry.enabled and entry.catch_up) or time_trigger(entry) is None:
                 continue
             last = self.store.entry(entry.id)["last_fire"]
@@ -180,7 +179,7 @@ class Daemon:
         self.fire(entry, entry.kind, due=due)
 
     def entry(self, entry_id: str) -> Entry | None:
-        return next((e for e in self.config.entries if e.id == entry_id), None)
+        return next((e for e in self.catalog.entries if e.id == entry_id), None)
 
     # runs
     def fire(
@@ -204,7 +203,7 @@ class Daemon:
             return self.record("skip", entry, "the entry is paused (runner resume to restart it)")
         if entry is not None and entry.until is not None and _now() > entry.until:
             return self.record("skip", entry, f"past until {entry.until.isoformat()}")
-        if name not in self.config.goals:
+        if name not in self.catalog.goals:
             return self.record("skip", entry, f"unknown goal {name!r}", goal=name)
         slot = self.slots.setdefault(name, Slot())
         if slot.task is not None and not slot.task.done():
@@ -212,7 +211,7 @@ class Daemon:
                 slot.follow_up = (entry, trigger)
                 return self.record("queued", entry, "the goal is running; one follow-up run queued", goal=name)
             return self.record("skip", entry, "the goal is running and a follow-up is already queued", goal=name)
-        slot.task = asyncio.create_task(self.run_one(self.config.goals[name], entry, trigger, due))
+        slot.task = asyncio.create_task(self.run_one(self.catalog.goals[name], entry, trigger, due))
 
     async def run_one(self, goal: Goal, entry: Entry | None, trigger: str, due: datetime | None = None) -> None:
         try:
@@ -225,7 +224,7 @@ class Daemon:
                     goal,
                     self.store,
                     trigger=trigger,
-                    entry=entry.id if entry else None,
+                    entry_id=entry.id if entry else None,
                     approver=self.approver,
                     checks_first=checks_first,
                 )
@@ -246,7 +245,7 @@ class Daemon:
             return
         if entry is not None:
             self.trip_breaker(entry, result.outcome in GOOD)
-        for chained in self.config.entries:
+        for chained in self.catalog.entries:
             if chained.after == goal.name and chained.enabled and _matches(chained.on, result.outcome):
                 self.fire(chained, "after")
 
@@ -274,20 +273,20 @@ class Daemon:
             await asyncio.sleep(self.settings.poll_interval)
 
     def config_stamp(self) -> tuple[tuple[str, int, int], ...]:
-        project = self.config.project
+        project = self.catalog.project
         paths = [*project.goal_files(), *project.schedule_files(), project.root / "runner.yaml", project.root / ".env"]
         return tuple((str(p), s.st_mtime_ns, s.st_size) for p in paths if p.exists() for s in [p.stat()])
 
     def reload(self) -> None:
         try:
-            config = Config.load(self.root)
+            catalog = Catalog.load(self.root)
         except ConfigError as exc:
             log.error("reload failed; keeping the last good configuration:\n  %s", "\n  ".join(exc.problems))
             self.store.log_event("reload_failed", detail="\n".join(exc.problems))
             return
-        self.config = config
+        self.catalog = catalog
         self.schedule_all()
-        self.record("reloaded", detail=f"{len(config.goals)} goals, {len(config.entries)} entries")
+        self.record("reloaded", detail=f"{len(catalog.goals)} goals, {len(catalog.entries)} entries")
 
     def record(self, kind: str, entry: Entry | None = None, detail: str = "", goal: str | None = None) -> None:
         goal = goal or (entry.goal if entry is not None else None)

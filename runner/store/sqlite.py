@@ -1,23 +1,16 @@
-"""The run store: `.runner/runs.db` (SQLite, WAL) and `.runner/runs/RUN_ID/transcript.jsonl`.
-
-One row per run, per attempt and per check, written as they happen. The same database carries what
-the CLI says to a running daemon (`commands`), what a person answers to an `approve` check
-(`approvals`), and the daemon's memory of each schedule entry (`entries`, `events`).
-"""
+"""The embedded store: `.runner/runs.db` (SQLite, WAL), with transcripts as JSONL files beside it."""
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 import signal
 import sqlite3
-import time
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-from .errors import StoreError, UnknownRun
+from ..errors import StoreError, UnknownRun
+from .base import Store, new_run_id, now, pid_alive, process_start
+from .transcript import Transcript, read_transcript
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -55,54 +48,7 @@ CREATE TABLE IF NOT EXISTS events (
 );
 """
 
-RUN_FIELDS = ("run_id", "goal", "trigger", "outcome", "started", "ended", "attempts", "steps", "tokens")
-
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
-
-
-def process_start(pid: int) -> int | None:
-    """When a process started, in clock ticks since boot (tells a pid apart from a later reuse of it)."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-class Transcript:
-    """An append-only JSONL file: one line per message or event, flushed as written."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self._file: TextIO = path.open("a", encoding="utf-8")
-
-    def append(self, kind: str, data: dict[str, Any]) -> None:
-        self._file.write(json.dumps({"at": now(), "kind": kind, **data}, ensure_ascii=False, default=str) + "\n")
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
-
-
-class Store:
+class SqliteStore(Store):
     """SQLite in WAL mode; every write commits at once so another process sees it."""
 
     def __init__(self, state_dir: Path) -> None:
@@ -127,11 +73,11 @@ class Store:
             raise StoreError(f"run store {self.dir / 'runs.db'}: {exc}") from None
 
     # runs
-    def new_run(self, goal: str, trigger: str = "manual", entry: str | None = None) -> str:
+    def new_run(self, goal: str, trigger: str = "manual", entry_id: str | None = None) -> str:
         run_id = new_run_id()
         self._exec(
             "INSERT INTO runs (id, goal, trigger, entry, started, pid) VALUES (?, ?, ?, ?, ?, ?)",
-            (run_id, goal, trigger, entry, now(), os.getpid()),
+            (run_id, goal, trigger, entry_id, now(), os.getpid()),
         )
         return run_id
 
@@ -140,14 +86,17 @@ class Store:
             columns = ", ".join(f"{name} = ?" for name in fields)
             self._exec(f"UPDATE runs SET {columns} WHERE id = ?", (*fields.values(), run_id))
 
-    def finish_run(self, run_id: str, outcome: str, **fields: Any) -> None:
-        self.update_run(run_id, outcome=outcome, ended=now(), **fields)
-
     def transcript_path(self, run_id: str) -> Path:
         return self.dir / "runs" / run_id / "transcript.jsonl"
 
     def transcript(self, run_id: str) -> Transcript:
         return Transcript(self.transcript_path(run_id))
+
+    def transcript_events(self, run_id: str) -> list[dict[str, Any]]:
+        return read_transcript(self.transcript_path(run_id))
+
+    def transcript_location(self, run_id: str) -> str:
+        return str(self.transcript_path(run_id))
 
     def run(self, run_id: str) -> dict[str, Any]:
         rows = self._exec("SELECT * FROM runs WHERE id = ? OR id LIKE ?", (run_id, run_id + "%")).fetchall()
@@ -249,10 +198,10 @@ class Store:
         columns = ", ".join(f"{name} = ?" for name in fields)
         self._exec(f"UPDATE entries SET {columns} WHERE id = ?", (*fields.values(), entry_id))
 
-    def log_event(self, kind: str, goal: str | None = None, entry: str | None = None, detail: str = "") -> None:
+    def log_event(self, kind: str, goal: str | None = None, entry_id: str | None = None, detail: str = "") -> None:
         self._exec(
             "INSERT INTO events (at, entry, goal, kind, detail) VALUES (?, ?, ?, ?, ?)",
-            (now(), entry, goal, kind, detail),
+            (now(), entry_id, goal, kind, detail),
         )
 
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:

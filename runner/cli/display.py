@@ -7,7 +7,9 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-OUTCOME_WORDS = {
+from ..vocabulary import FORCED, Outcome
+
+OUTCOME_WORDS: dict[Outcome, str] = {
     "achieved": "Goal achieved",
     "satisfied": "Goal satisfied (the checks already pass)",
     "not_achieved": "Goal not achieved",
@@ -19,7 +21,6 @@ OUTCOME_WORDS = {
     "awaiting_approval": "Goal awaiting approval",
     "rejected": "Goal rejected",
 }
-GOOD = {"achieved", "satisfied"}
 
 
 class Display:
@@ -55,7 +56,7 @@ class Display:
 
     def _stopped(self, data: dict[str, Any]) -> None:
         reason = data["reason"]
-        if reason in ("max_steps", "max_tokens", "timeout"):
+        if reason in FORCED:
             self.console.print(f"  [yellow]stopped by the {reason} limit: the work is unfinished[/]")
         elif reason == "length":
             self.console.print("  [yellow]the model's output was cut off (length)[/]")
@@ -69,7 +70,7 @@ class Display:
         mark = "[green]✓ pass[/]" if data["passed"] else "[red]✗ fail[/]"
         detail = ""
         if not data["passed"]:
-            detail = f"exit {data['exit_code']}" if data["kind"] == "run" else str(data.get("reason") or "")
+            detail = f"exit {data['exit_code']}" if data["check_kind"] == "run" else str(data.get("reason") or "")
             detail = f"  {escape(detail[:100])}"
         self.console.print(f"  {mark}  {escape(data['name'])}{detail}  [dim]{data['duration_s']:.1f}s[/]")
 

@@ -1,23 +1,14 @@
-"""Typed configuration: runner.yaml, goals/*.yaml and schedules/*.yaml turned into pydantic models.
-
-One loader reads each file (see `yamlfile`), merges the project defaults into the goal, and turns
-every validation error into `file:line: field: what was expected`.
-"""
+"""The typed configuration: what runner.yaml and goals/*.yaml may hold, as pydantic models with docstrings."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from . import yamlfile
-from .errors import ConfigError
-
 BUILTIN_TOOLS = ("read_file", "write_file", "edit_file", "list_files", "search_files", "shell")
-PROJECT_MARKERS = ("runner.yaml", "goals", "schedules")
 ALWAYS_PROTECTED = ("goals", "verifiers", "schedules", "runner.yaml", ".runner", ".env")
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -177,179 +168,35 @@ class Goal(Strict):
         return (self.root / self.workdir).resolve()
 
 
-class Webhook(Strict):
+class WebhookSettings(Strict):
+    """The webhook listener of the daemon."""
+
     host: str = "127.0.0.1"
     port: int = Field(default=8787, ge=0, le=65535)
     secret: str | None = None
     max_body: int = Field(default=1_048_576, ge=1)
 
 
-class Daemon(Strict):
+class DaemonSettings(Strict):
+    """runner.yaml `daemon:`: how the schedule loop runs."""
+
     max_concurrent_runs: int = Field(default=4, ge=1)
     shutdown_grace: Duration = 30.0
     poll_interval: Duration = 0.5
     """How often the daemon reads commands (trigger, pause, resume) from the store."""
-    webhook: Webhook = Field(default_factory=Webhook)
+    webhook: WebhookSettings = Field(default_factory=WebhookSettings)
 
 
-class ProjectConfig(Strict):
+class Settings(Strict):
     """runner.yaml: defaults for every goal, and the daemon's settings."""
 
     model: dict[str, Any] = Field(default_factory=dict)
     limits: dict[str, Any] = Field(default_factory=dict)
     verify: dict[str, Any] = Field(default_factory=dict)
-    daemon: Daemon = Field(default_factory=Daemon)
+    daemon: DaemonSettings = Field(default_factory=DaemonSettings)
     store: str = ".runner"
 
     @field_validator("model", mode="before")
     @classmethod
     def _model_name(cls, value: Any) -> Any:
         return {"name": value} if isinstance(value, str) else value
-
-
-class Project:
-    """A user's project: its root, its runner.yaml and where its files live."""
-
-    def __init__(self, root: Path, config: ProjectConfig) -> None:
-        self.root = root
-        self.config = config
-
-    @property
-    def state(self) -> Path:
-        return self.root / self.config.store
-
-    def goal_files(self) -> list[Path]:
-        folder = self.root / "goals"
-        return sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]) if folder.is_dir() else []
-
-    def schedule_files(self) -> list[Path]:
-        folder = self.root / "schedules"
-        return sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]) if folder.is_dir() else []
-
-
-def find_root(start: Path | None = None) -> Path:
-    """The nearest folder upwards holding runner.yaml, goals/ or schedules/, else `start`."""
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if any((folder / marker).exists() for marker in PROJECT_MARKERS):
-            return folder
-    return here
-
-
-def load_dotenv(root: Path) -> None:
-    """Load ROOT/.env into the environment without overriding variables already set."""
-    path = root / ".env"
-    if not path.is_file():
-        return
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, _, value = line.removeprefix("export ").partition("=")
-        key, value = key.strip(), value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        os.environ.setdefault(key, value)
-
-
-def load_project(root: Path | None = None) -> Project:
-    root = find_root(root)
-    load_dotenv(root)
-    path = root / "runner.yaml"
-    if not path.is_file():
-        return Project(root, ProjectConfig())
-    doc = yamlfile.load(path, root)
-    if doc.data is None:
-        return Project(root, ProjectConfig())
-    if not isinstance(doc.data, dict):
-        raise ConfigError(doc.problem((), "expected a mapping of settings"))
-    return Project(root, doc.validate(ProjectConfig))
-
-
-def goal_path(project: Project, name_or_file: str) -> Path:
-    """A goal named NAME (goals/NAME.yaml, or a goal whose `name:` says NAME) or a file path."""
-    candidate = Path(name_or_file)
-    if candidate.suffix in (".yaml", ".yml") and candidate.is_file():
-        return candidate.resolve()
-    for suffix in (".yaml", ".yml"):
-        path = project.root / "goals" / f"{name_or_file}{suffix}"
-        if path.is_file():
-            return path
-    for path in project.goal_files():
-        doc = yamlfile.load(path, project.root)
-        if isinstance(doc.data, dict) and doc.data.get("name") == name_or_file:
-            return path
-    known = ", ".join(p.stem for p in project.goal_files()) or "none"
-    raise ConfigError(f"no goal named {name_or_file!r} in {project.root / 'goals'} (goals: {known})")
-
-
-def load_goal(project: Project, name_or_file: str, overrides: dict[str, Any] | None = None) -> Goal:
-    return goal_from_file(project, goal_path(project, name_or_file), overrides)
-
-
-def goal_from_file(project: Project, path: Path, overrides: dict[str, Any] | None = None) -> Goal:
-    doc = yamlfile.load(path, project.root)
-    if not isinstance(doc.data, dict):
-        raise ConfigError(doc.problem((), "expected a mapping with at least `prompt:`"))
-    return build_goal(project, doc.data, doc, default_name=path.stem, source=doc.shown, overrides=overrides)
-
-
-def build_goal(
-    project: Project,
-    data: dict[str, Any],
-    doc: yamlfile.Document | None = None,
-    *,
-    default_name: str,
-    source: str | None = None,
-    overrides: dict[str, Any] | None = None,
-) -> Goal:
-    """Merge the project defaults under a goal's own fields, command-line overrides over them, and validate.
-
-    `overrides` maps a section (`model`, `limits`, `verify`) to fields, or `workdir` to a path.
-    """
-    merged = dict(data)
-    for key, value in (overrides or {}).items():
-        if isinstance(value, dict):
-            current = merged.get(key)
-            current = {"name": current} if key == "model" and isinstance(current, str) else current
-            merged[key] = {**(current if isinstance(current, dict) else {}), **value}
-        else:
-            merged[key] = value
-    merged.setdefault("name", default_name)
-    defaults = project.config
-    model = merged.get("model")
-    model = {"name": model} if isinstance(model, str) else model
-    if model is None or isinstance(model, dict):
-        merged["model"] = {**defaults.model, **(model or {})}
-        if "name" not in merged["model"] and os.environ.get("RUNNER_MODEL"):
-            merged["model"]["name"] = os.environ["RUNNER_MODEL"]
-    judge = merged.get("judge_model")
-    if isinstance(judge, (str, dict)):
-        judge = {"name": judge} if isinstance(judge, str) else judge
-        merged["judge_model"] = {**merged["model"], **judge}
-    for section in ("limits", "verify"):
-        if isinstance(merged.get(section, {}), dict):
-            merged[section] = {**getattr(defaults, section), **merged.get(section, {})}
-    merged["root"] = project.root
-    merged["source"] = source
-    doc = doc or yamlfile.Document(path=Path("<inline>"), data=merged, shown="<inline goal>")
-    no_model = isinstance(merged["model"], dict) and "name" not in merged["model"]
-    problems: list[str] = []
-    if no_model:
-        merged["model"]["name"] = ""  # reported below, with the file's other problems
-        problems.append(doc.problem(("model",), NO_MODEL))
-    try:
-        goal = doc.validate(Goal, merged)
-    except ConfigError as exc:
-        raise ConfigError("invalid goal", problems + exc.problems) from None
-    if not goal.workpath.is_dir():
-        problems.append(doc.problem(("workdir",), f"{goal.workpath} is not a folder (relative to the project root)"))
-    if problems:
-        raise ConfigError("invalid goal", problems)
-    return goal
-
-
-NO_MODEL = (
-    "no model is set; give `model:` in the goal or runner.yaml, --model on the command line, "
-    "or RUNNER_MODEL in the environment"
-)

@@ -1,0 +1,40 @@
+"""Approval commands: `runner approve` and `runner reject` answer a run waiting on an `approve` check."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import click
+
+from .common import project_of, reports_errors, run_async
+
+if TYPE_CHECKING:
+    from ..config import Project
+
+
+@click.command()
+@click.argument("run_id")
+@click.pass_context
+@reports_errors
+def approve(ctx: click.Context, run_id: str) -> None:
+    """Approve the `approve` check a run is waiting on."""
+    answer_run(project_of(ctx), run_id, "approve", None)
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--reason", default=None, help="Why; shown in the run's history.")
+@click.pass_context
+@reports_errors
+def reject(ctx: click.Context, run_id: str, reason: str | None) -> None:
+    """Reject the `approve` check a run is waiting on."""
+    answer_run(project_of(ctx), run_id, "reject", reason)
+
+
+def answer_run(project: Project, run_id: str, decision: str, reason: str | None) -> None:
+    from ..verify import answer
+
+    click.echo(run_async(answer(project, run_id, decision, reason)))
+
+
+COMMANDS = [approve, reject]

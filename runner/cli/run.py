@@ -1,0 +1,128 @@
+"""Run commands: `runner goal` (work + verify) and `runner check` (the checks alone)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..errors import ConfigError
+from .common import EXIT, project_of, reports_errors, run_async
+
+if TYPE_CHECKING:
+    from ..config import Goal, Project
+
+
+def overrides(model: str | None, max_steps: int | None, max_attempts: int | None, workdir: str | None) -> dict:
+    out: dict[str, Any] = {}
+    if model:
+        out["model"] = {"name": model}
+    if max_steps:
+        out["limits"] = {"max_steps": max_steps}
+    if max_attempts:
+        out["verify"] = {"max_attempts": max_attempts}
+    if workdir:
+        out["workdir"] = workdir
+    return out
+
+
+@click.command()
+@click.argument("name", required=False)
+@click.option("-p", "--prompt", help="An inline goal: the task.")
+@click.option("-c", "--check", "checks", multiple=True, help="Inline goal: a check command (repeatable).")
+@click.option("-n", "attempts", type=click.IntRange(1), help="Inline goal: max attempts.")
+@click.option("--model", help="Model name (overrides the goal and runner.yaml).")
+@click.option("--max-steps", type=click.IntRange(1))
+@click.option("--max-attempts", type=click.IntRange(1))
+@click.option("--workdir", help="Working directory, relative to the project root.")
+@click.option("--checks-first", is_flag=True, default=None, help="Run the checks first; all pass -> satisfied.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the outcome line.")
+@click.pass_context
+@reports_errors
+def goal(
+    ctx: click.Context,
+    name: str | None,
+    prompt: str | None,
+    checks: tuple[str, ...],
+    attempts: int | None,
+    model: str | None,
+    max_steps: int | None,
+    max_attempts: int | None,
+    workdir: str | None,
+    checks_first: bool | None,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Run one goal once (NAME or FILE, or an inline -p PROMPT): work + verify."""
+    from ..config import build_goal, load_goal
+
+    project = project_of(ctx)
+    extra = overrides(model, max_steps, max_attempts or attempts, workdir)
+    if prompt is not None and name is not None:
+        raise ConfigError("give a goal NAME or an inline -p PROMPT, not both")
+    if prompt is not None:
+        data = {"prompt": prompt, "verify": {"checks": [{"name": c, "run": c} for c in checks]}}
+        the_goal = build_goal(project, data, default_name="inline", source="<inline>", overrides=extra)
+    elif name is not None:
+        if checks or attempts:
+            raise ConfigError("-c and -n go with an inline goal (-p PROMPT); use --max-attempts for a goal file")
+        the_goal = load_goal(project, name, extra)
+    else:
+        raise ConfigError("give a goal NAME or FILE, or an inline goal with -p PROMPT (see runner goal --help)")
+    result = execute(project, the_goal, checks_first, as_json, quiet)
+    sys.exit(EXIT.get(result["outcome"], 3))
+
+
+def execute(project: Project, the_goal: Goal, checks_first: bool | None, as_json: bool, quiet: bool) -> dict:
+    from ..store import open_store
+    from ..verify import StoreApprover, TerminalApprover, run_goal
+    from ..work import ignore
+    from .display import Display, outcome_line
+
+    store = open_store(project)
+    interactive = sys.stdin.isatty() and not as_json
+    approver = TerminalApprover() if interactive else StoreApprover(store)
+    observer = ignore if (as_json or quiet) else Display()
+    result = run_async(run_goal(the_goal, store, observe=observer, approver=approver, checks_first=checks_first))
+    data = result.to_json()
+    if as_json:
+        click.echo(json.dumps(data))
+    else:
+        click.echo(outcome_line(data))
+        if not quiet:
+            if result.error:
+                click.echo(f"  {result.error}")
+            if result.final_message:
+                click.echo(f"  final message: {result.final_message.strip()[:500]}")
+            click.echo(f"  run {result.run_id} (runner show {result.run_id})")
+    return data
+
+
+@click.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@reports_errors
+def check(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Run a goal's checks alone, with no work; exit 0 when all pass."""
+    from ..config import load_goal
+    from ..verify import TerminalApprover, run_checks_alone
+    from .display import Display
+
+    the_goal = load_goal(project_of(ctx), name)
+    display = Display()
+    approver = TerminalApprover() if sys.stdin.isatty() else None
+    on_result = None if as_json else lambda _, r: display("check", r.record())
+    results = run_async(run_checks_alone(the_goal, the_goal.verify.checks, "check", 0, approver, on_result))
+    passed = all(r.passed for r in results)
+    if as_json:
+        click.echo(json.dumps({"goal": the_goal.name, "passed": passed, "checks": [r.record() for r in results]}))
+    else:
+        click.echo(f"{sum(r.passed for r in results)}/{len(results)} checks pass")
+    sys.exit(0 if passed else 1)
+
+
+COMMANDS = [goal, check]

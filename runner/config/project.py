@@ -1,0 +1,165 @@
+"""A user's project: finding its root, loading .env and runner.yaml, and turning goal files into `Goal`s.
+
+One loader reads each file (see `yamlfile`), merges the project defaults into the goal, and turns
+every validation error into `file:line: field: what was expected`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from .models import Goal, Settings
+from .yamlfile import Document, read_yaml
+
+PROJECT_MARKERS = ("runner.yaml", "goals", "schedules")
+
+
+class Project:
+    """A user's project: its root, its runner.yaml and where its files live."""
+
+    def __init__(self, root: Path, settings: Settings) -> None:
+        self.root = root
+        self.settings = settings
+
+    @property
+    def state(self) -> Path:
+        return self.root / self.settings.store
+
+    def goal_files(self) -> list[Path]:
+        folder = self.root / "goals"
+        return sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]) if folder.is_dir() else []
+
+    def schedule_files(self) -> list[Path]:
+        folder = self.root / "schedules"
+        return sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]) if folder.is_dir() else []
+
+
+def find_root(start: Path | None = None) -> Path:
+    """The nearest folder upwards holding runner.yaml, goals/ or schedules/, else `start`."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if any((folder / marker).exists() for marker in PROJECT_MARKERS):
+            return folder
+    return here
+
+
+def load_dotenv(root: Path) -> None:
+    """Load ROOT/.env into the environment without overriding variables already set."""
+    path = root / ".env"
+    if not path.is_file():
+        return
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.removeprefix("export ").partition("=")
+        key, value = key.strip(), value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        os.environ.setdefault(key, value)
+
+
+def load_project(root: Path | None = None) -> Project:
+    root = find_root(root)
+    load_dotenv(root)
+    path = root / "runner.yaml"
+    if not path.is_file():
+        return Project(root, Settings())
+    doc = read_yaml(path, root)
+    if doc.data is None:
+        return Project(root, Settings())
+    if not isinstance(doc.data, dict):
+        raise ConfigError(doc.problem((), "expected a mapping of settings"))
+    return Project(root, doc.validate(Settings))
+
+
+def goal_path(project: Project, name_or_file: str) -> Path:
+    """A goal named NAME (goals/NAME.yaml, or a goal whose `name:` says NAME) or a file path."""
+    candidate = Path(name_or_file)
+    if candidate.suffix in (".yaml", ".yml") and candidate.is_file():
+        return candidate.resolve()
+    for suffix in (".yaml", ".yml"):
+        path = project.root / "goals" / f"{name_or_file}{suffix}"
+        if path.is_file():
+            return path
+    for path in project.goal_files():
+        doc = read_yaml(path, project.root)
+        if isinstance(doc.data, dict) and doc.data.get("name") == name_or_file:
+            return path
+    known = ", ".join(p.stem for p in project.goal_files()) or "none"
+    raise ConfigError(f"no goal named {name_or_file!r} in {project.root / 'goals'} (goals: {known})")
+
+
+def load_goal(project: Project, name_or_file: str, overrides: dict[str, Any] | None = None) -> Goal:
+    return goal_from_file(project, goal_path(project, name_or_file), overrides)
+
+
+def goal_from_file(project: Project, path: Path, overrides: dict[str, Any] | None = None) -> Goal:
+    doc = read_yaml(path, project.root)
+    if not isinstance(doc.data, dict):
+        raise ConfigError(doc.problem((), "expected a mapping with at least `prompt:`"))
+    return build_goal(project, doc.data, doc, default_name=path.stem, source=doc.shown, overrides=overrides)
+
+
+def build_goal(
+    project: Project,
+    data: dict[str, Any],
+    doc: Document | None = None,
+    *,
+    default_name: str,
+    source: str | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Goal:
+    """Merge the project defaults under a goal's own fields, command-line overrides over them, and validate.
+
+    `overrides` maps a section (`model`, `limits`, `verify`) to fields, or `workdir` to a path.
+    """
+    merged = dict(data)
+    for key, value in (overrides or {}).items():
+        if isinstance(value, dict):
+            current = merged.get(key)
+            current = {"name": current} if key == "model" and isinstance(current, str) else current
+            merged[key] = {**(current if isinstance(current, dict) else {}), **value}
+        else:
+            merged[key] = value
+    merged.setdefault("name", default_name)
+    defaults = project.settings
+    model = merged.get("model")
+    model = {"name": model} if isinstance(model, str) else model
+    if model is None or isinstance(model, dict):
+        merged["model"] = {**defaults.model, **(model or {})}
+        if "name" not in merged["model"] and os.environ.get("RUNNER_MODEL"):
+            merged["model"]["name"] = os.environ["RUNNER_MODEL"]
+    judge = merged.get("judge_model")
+    if isinstance(judge, (str, dict)):
+        judge = {"name": judge} if isinstance(judge, str) else judge
+        merged["judge_model"] = {**merged["model"], **judge}
+    for section in ("limits", "verify"):
+        if isinstance(merged.get(section, {}), dict):
+            merged[section] = {**getattr(defaults, section), **merged.get(section, {})}
+    merged["root"] = project.root
+    merged["source"] = source
+    doc = doc or Document(path=Path("<inline>"), data=merged, shown="<inline goal>")
+    no_model = isinstance(merged["model"], dict) and "name" not in merged["model"]
+    problems: list[str] = []
+    if no_model:
+        merged["model"]["name"] = ""  # reported below, with the file's other problems
+        problems.append(doc.problem(("model",), NO_MODEL))
+    try:
+        goal = doc.validate(Goal, merged)
+    except ConfigError as exc:
+        raise ConfigError("invalid goal", problems + exc.problems) from None
+    if not goal.workpath.is_dir():
+        problems.append(doc.problem(("workdir",), f"{goal.workpath} is not a folder (relative to the project root)"))
+    if problems:
+        raise ConfigError("invalid goal", problems)
+    return goal
+
+
+NO_MODEL = (
+    "no model is set; give `model:` in the goal or runner.yaml, --model on the command line, "
+    "or RUNNER_MODEL in the environment"
+)

@@ -1,0 +1,140 @@
+"""The store interface: where runs, attempts, checks, events, approvals, commands and transcripts live.
+
+Two implementations: `SqliteStore` (the embedded default, `.runner/runs.db`) and a PostgreSQL store for
+more than one machine. The loops, the daemon, the CLI and the dashboard use only the methods here.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from abc import ABC, abstractmethod
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+RUN_FIELDS = ("run_id", "goal", "trigger", "outcome", "started", "ended", "attempts", "steps", "tokens")
+"""The fields of a run that `runner runs --json` prints."""
+
+
+class TranscriptWriter(Protocol):
+    """Appends a run's messages and events as they happen; nothing already appended is lost."""
+
+    def append(self, kind: str, data: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Store(ABC):
+    """Every read and write of runner's state. Each write is visible to other processes at once."""
+
+    # runs
+    @abstractmethod
+    def new_run(self, goal: str, trigger: str = "manual", entry_id: str | None = None) -> str:
+        """A new run, `running`, owned by this process; its id."""
+
+    @abstractmethod
+    def update_run(self, run_id: str, **fields: Any) -> None: ...
+
+    def finish_run(self, run_id: str, outcome: str, **fields: Any) -> None:
+        self.update_run(run_id, outcome=outcome, ended=now(), **fields)
+
+    @abstractmethod
+    def run(self, run_id: str) -> dict[str, Any]:
+        """One run by id or unique id prefix, with `attempt_rows` and `checks`; UnknownRun otherwise."""
+
+    @abstractmethod
+    def runs(self, goal: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+        """Runs oldest first (the newest `limit` of them)."""
+
+    @abstractmethod
+    def mark_interrupted(self) -> list[str]:
+        """Runs left `running` by a process that is gone become `interrupted`; their processes are killed."""
+
+    # transcripts
+    @abstractmethod
+    def transcript(self, run_id: str) -> TranscriptWriter: ...
+
+    @abstractmethod
+    def transcript_events(self, run_id: str) -> list[dict[str, Any]]:
+        """Every event of a run's transcript, in order; a torn last line is skipped."""
+
+    @abstractmethod
+    def transcript_location(self, run_id: str) -> str:
+        """Where a person finds the raw transcript (a file path, or a command)."""
+
+    # process groups of a run (shell, command tools, checks)
+    @abstractmethod
+    def track_process(self, run_id: str, pid: int, alive: bool) -> None: ...
+
+    @abstractmethod
+    def kill_processes(self, run_id: str) -> None:
+        """Kill the process groups a dead run left behind."""
+
+    # attempts and checks
+    @abstractmethod
+    def record_attempt(self, run_id: str, number: int, **fields: Any) -> None: ...
+
+    @abstractmethod
+    def record_check(self, run_id: str, attempt: int, position: int, **fields: Any) -> None: ...
+
+    # approvals
+    @abstractmethod
+    def answer(self, run_id: str, decision: str, reason: str | None = None) -> None:
+        """A person's answer to the `approve` check a run waits on."""
+
+    @abstractmethod
+    def take_answer(self, run_id: str) -> tuple[str, str | None] | None: ...
+
+    # commands for the daemon
+    @abstractmethod
+    def send_command(self, kind: str, target: str) -> None: ...
+
+    @abstractmethod
+    def take_commands(self) -> list[tuple[str, str]]: ...
+
+    # schedule entries and the daemon's events
+    @abstractmethod
+    def entry(self, entry_id: str) -> dict[str, Any]:
+        """What the store remembers of an entry: last_fire, paused, failures."""
+
+    @abstractmethod
+    def update_entry(self, entry_id: str, **fields: Any) -> None: ...
+
+    @abstractmethod
+    def log_event(self, kind: str, goal: str | None = None, entry_id: str | None = None, detail: str = "") -> None: ...
+
+    @abstractmethod
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def process_start(pid: int) -> int | None:
+    """When a process started, in clock ticks since boot (tells a pid apart from a later reuse of it)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
