@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from .mcp import McpServers, check_tools, is_mcp_tool
 
 BUILTIN_TOOLS = ("read_file", "write_file", "edit_file", "list_files", "search_files", "shell")
 ALWAYS_PROTECTED = ("goals", "verifiers", "schedules", "runner.yaml", ".runner", ".env")
@@ -45,6 +47,13 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class Price(Strict):
+    """A model's price in US dollars per million tokens."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+
+
 class ModelConfig(Strict):
     """Which OpenAI-compatible endpoint and model to call."""
 
@@ -61,6 +70,11 @@ class ModelConfig(Strict):
     """One HTTP request, before it counts as a transient failure and is retried."""
     max_retries: int = Field(default=4, ge=0)
     """Retries of transient failures (429, 5xx, timeouts, resets), with backoff."""
+    price: Price | None = None
+    """US dollars per million tokens, for a model genai-prices does not know."""
+    text_tool_calls: Literal["auto", "off"] = "auto"
+    """A reply whose text plainly holds a call of one of the goal's tools: `auto` runs it as a call,
+    `off` tells the model that nothing was executed."""
 
 
 class Limits(Strict):
@@ -69,6 +83,8 @@ class Limits(Strict):
     max_steps: int = Field(default=20, ge=1)
     max_tokens: int = Field(default=200_000, ge=1)
     timeout: Duration = 600.0
+    max_cost: float | None = Field(default=None, gt=0)
+    """US dollars one attempt may spend before it stops like max_tokens (needs a known price)."""
 
 
 class ToolEntry(Strict):
@@ -87,10 +103,10 @@ class ToolEntry(Strict):
 
     @model_validator(mode="after")
     def _known(self) -> ToolEntry:
-        if self.run is None and self.name not in BUILTIN_TOOLS:
+        if self.run is None and self.name not in BUILTIN_TOOLS and not is_mcp_tool(self.name):
             raise ValueError(
-                f"unknown tool {self.name!r}: expected a built-in ({', '.join(BUILTIN_TOOLS)}) "
-                "or a command tool with `run:`"
+                f"unknown tool {self.name!r}: expected a built-in ({', '.join(BUILTIN_TOOLS)}), "
+                "an MCP server's tool (SERVER__TOOL, or SERVER__* for all of them) or a command tool with `run:`"
             )
         if self.run is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", self.name):
             raise ValueError("a tool name is 1-64 letters, digits, _ or -")
@@ -132,7 +148,58 @@ class Verify(Strict):
     fresh_context: bool = False
     before_retry: str | None = None
     stuck_after: int = Field(default=3, ge=2)
+    protect_check_inputs: bool = True
+    """Files and folders a check command names are protected like the check's script; false for a goal
+    whose task is to write them."""
+    nudge: bool = True
+    """After feedback, a turn that calls no tool is answered once in the same attempt: use the tools."""
     checks: list[Check] = Field(default_factory=list)
+
+
+class SandboxSettings(Strict):
+    """`sandbox:` (runner.yaml or a goal): the bubblewrap jail of the agent's processes on Linux."""
+
+    mode: Literal["auto", "bwrap", "off"] = "auto"
+    """`auto`: bwrap where it works, else the fallback (process tracking, scrubbing); `bwrap`: refuse to
+    run without it; `off`: no jail."""
+    network: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_mode(cls, value: Any) -> Any:
+        return {"mode": value} if isinstance(value, str) else value
+
+
+class Budget(Strict):
+    """What a goal or an entry may spend in one day (UTC); past it, the daemon skips its fires."""
+
+    cost_per_day: float | None = Field(default=None, gt=0)
+    tokens_per_day: int | None = Field(default=None, gt=0)
+
+
+class NotifyTarget(Strict):
+    """Where to send a notification: an Apprise URL, or a command receiving the message as JSON on stdin."""
+
+    url: str | None = None
+    command: str | None = None
+    on: list[str] | None = None
+    """Outcomes that notify; default every outcome but achieved and satisfied, plus awaiting_approval and
+    an entry paused by its circuit breaker."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_url(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"url": value}
+        if isinstance(value, dict) and True in value:  # YAML 1.1 reads a bare `on:` key as true
+            value = {("on" if k is True else k): v for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _one_target(self) -> NotifyTarget:
+        if (self.url is None) == (self.command is None):
+            raise ValueError("a notification target needs exactly one of url (Apprise) or command")
+        return self
 
 
 class Goal(Strict):
@@ -144,11 +211,16 @@ class Goal(Strict):
     workdir: str = "."
     model: ModelConfig
     judge_model: ModelConfig | None = None
+    mcp: McpServers = Field(default_factory=dict)
+    """MCP servers whose tools the model may call as SERVER__TOOL, over runner.yaml's (same name: the goal's)."""
     tools: list[ToolEntry] | None = None
     limits: Limits = Field(default_factory=Limits)
     env: StrList = Field(default_factory=list)
     protect: StrList = Field(default_factory=list)
     verify: Verify = Field(default_factory=Verify)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    notify: list[NotifyTarget] = Field(default_factory=list)
+    budget: Budget | None = None
     root: Path = Path(".")
     """The project root (set by the loader)."""
     source: str | None = None
@@ -161,6 +233,14 @@ class Goal(Strict):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"tool names must be unique: {', '.join(dupes)}")
+        return tools
+
+    @field_validator("tools")
+    @classmethod
+    def _mcp_tools(cls, tools: list[ToolEntry] | None, info: ValidationInfo) -> list[ToolEntry] | None:
+        entries = tools or []
+        referenced = [t.name for t in entries if t.run is None and is_mcp_tool(t.name)]
+        check_tools(info.data.get("mcp", {}), referenced, [t.name for t in entries if t.run is not None])
         return tools
 
     @property
@@ -177,6 +257,21 @@ class WebhookSettings(Strict):
     max_body: int = Field(default=1_048_576, ge=1)
 
 
+class UiSettings(Strict):
+    """The dashboard (`runner ui`, or `daemon.ui: true` inside the daemon)."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(default=8788, ge=0, le=65535)
+    token: str | None = None
+    """Required when bound to anything but loopback."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_bool(cls, value: Any) -> Any:
+        return {"enabled": value} if isinstance(value, bool) else value
+
+
 class DaemonSettings(Strict):
     """runner.yaml `daemon:`: how the schedule loop runs."""
 
@@ -185,6 +280,8 @@ class DaemonSettings(Strict):
     poll_interval: Duration = 0.5
     """How often the daemon reads commands (trigger, pause, resume) from the store."""
     webhook: WebhookSettings = Field(default_factory=WebhookSettings)
+    ui: UiSettings = Field(default_factory=lambda: UiSettings(enabled=False))
+    """`ui: true` serves the dashboard inside the daemon."""
 
 
 class Settings(Strict):
@@ -193,8 +290,13 @@ class Settings(Strict):
     model: dict[str, Any] = Field(default_factory=dict)
     limits: dict[str, Any] = Field(default_factory=dict)
     verify: dict[str, Any] = Field(default_factory=dict)
+    sandbox: dict[str, Any] | str = Field(default_factory=dict)
+    notify: list[Any] = Field(default_factory=list)
+    mcp: McpServers = Field(default_factory=dict)
+    """MCP servers every goal starts (a goal's own `mcp:` adds to them or replaces one by name)."""
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
     store: str = ".runner"
+    """The state: a folder relative to the root (SQLite), or a postgresql:// URL."""
 
     @field_validator("model", mode="before")
     @classmethod

@@ -26,6 +26,9 @@ class Project:
 
     @property
     def state(self) -> Path:
+        """The local state folder; with a postgresql:// store it holds only this machine's locks and ports."""
+        if self.settings.store.startswith(("postgresql://", "postgres://")):
+            return self.root / ".runner"
         return self.root / self.settings.store
 
     def goal_files(self) -> list[Path]:
@@ -140,6 +143,12 @@ def build_goal(
     for section in ("limits", "verify"):
         if isinstance(merged.get(section, {}), dict):
             merged[section] = {**getattr(defaults, section), **merged.get(section, {})}
+    if defaults.mcp and isinstance(merged.get("mcp", {}), dict):
+        shared = {name: server.model_dump(exclude_unset=True) for name, server in defaults.mcp.items()}
+        merged["mcp"] = {**shared, **merged.get("mcp", {})}
+    for inherited in ("sandbox", "notify"):
+        if inherited not in merged and getattr(defaults, inherited):
+            merged[inherited] = getattr(defaults, inherited)
     merged["root"] = project.root
     merged["source"] = source
     doc = doc or Document(path=Path("<inline>"), data=merged, shown="<inline goal>")

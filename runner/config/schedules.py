@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from ..errors import ConfigError
-from .models import Duration, Goal, Strict, StrList
+from .models import Budget, Duration, Goal, NotifyTarget, Strict, StrList
 from .project import Project, goal_from_file, load_project
 from .yamlfile import Document, read_yaml
 
@@ -42,6 +42,14 @@ class Entry(Strict):
     pause_after: int = Field(default=5, ge=0)
     """N runs in a row not achieved pause the entry until `runner resume`; 0 never pauses."""
     enabled: bool = True
+    pass_trigger: bool = True
+    """Append the trigger's context (webhook body, changed paths, upstream run) to the first prompt."""
+    retry_interrupted: bool = False
+    """With a PostgreSQL store: a run interrupted by a dead worker is run again, once."""
+    notify: list[NotifyTarget] | None = None
+    """Notification targets of this entry's runs; default the goal's."""
+    budget: Budget | None = None
+    """What this entry's runs may spend in one day; past it, its fires are skipped."""
     id: str = ""
     """Stable name of the entry: FILE/GOAL/TRIGGER (set by the loader)."""
 
