@@ -9,7 +9,8 @@ Exceptions are for crossing layers on purpose, and each carries a message a user
     │                           refused connection, failure after retries (exit 3)
     ├── StoreError              .runner/ cannot be read or written (exit 3)
     │   └── UnknownRun          no run has that id (exit 2)
-    └── DaemonError             the daemon cannot start or be reached (exit 3)
+    ├── DaemonError             the daemon cannot start or be reached (exit 3)
+    └── McpError                an MCP server cannot start, initialize or list its tools (exit 3)
 """
 
 from __future__ import annotations
@@ -47,3 +48,7 @@ class UnknownRun(StoreError):
 
 class DaemonError(RunnerError):
     """The daemon cannot start, or a command for it cannot be delivered."""
+
+
+class McpError(RunnerError):
+    """An MCP server a run needs cannot start, initialize or list its tools; names the server and why."""

@@ -6,9 +6,18 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from .mcp import McpServers, check_tools, is_mcp_tool
+from .mcp import check_servers, check_tools, is_mcp_tool
 
 BUILTIN_TOOLS = ("read_file", "write_file", "edit_file", "list_files", "search_files", "shell")
 ALWAYS_PROTECTED = ("goals", "verifiers", "schedules", "runner.yaml", ".runner", ".env")
@@ -85,6 +94,45 @@ class Limits(Strict):
     timeout: Duration = 600.0
     max_cost: float | None = Field(default=None, gt=0)
     """US dollars one attempt may spend before it stops like max_tokens (needs a known price)."""
+
+
+class McpServer(Strict):
+    """One MCP server of an `mcp:` block: a stdio server (`command`) or a streamable HTTP server (`url`)."""
+
+    command: str | None = None
+    """stdio: the executable, started once per run and stopped after it, with its whole process group."""
+    args: list[str] = Field(default_factory=list)
+    env: StrList = Field(default_factory=list)
+    """stdio: names of environment variables passed through; the rest of the environment is scrubbed."""
+    cwd: str | None = None
+    """stdio: the folder it starts in, relative to the goal's workdir; default the workdir."""
+    url: str | None = None
+    """streamable HTTP: the endpoint, e.g. `https://docs.example.com/mcp`."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """streamable HTTP: headers sent with every request; `${VAR}` reads the environment."""
+    tools: list[str] | None = None
+    """Allow-list of the server's own tool names; default every tool it lists."""
+    timeout: Duration = Field(default=60.0, gt=0)
+    """One tool call, before its result is a timeout error the model reads."""
+    start_timeout: Duration = Field(default=30.0, gt=0)
+    """Starting, initializing and listing the tools, before the run ends `error`."""
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP server needs exactly one of `command` (stdio) or `url` (streamable HTTP)")
+        stdio_only = [f for f in ("args", "env", "cwd") if f in self.model_fields_set]
+        if self.url is not None and stdio_only:
+            raise ValueError(f"{', '.join(stdio_only)}: only for a stdio server (`command`), not one with `url`")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"url: expected an http:// or https:// address, got {self.url!r}")
+        if self.command is not None and (self.headers or not self.command.strip()):
+            raise ValueError("a stdio server needs a non-empty `command`; `headers` are for one with `url`")
+        return self
+
+
+McpServers = Annotated[dict[str, McpServer], AfterValidator(check_servers)]
+"""An `mcp:` block: server name -> server."""
 
 
 class ToolEntry(Strict):

@@ -14,7 +14,9 @@ from functools import partial
 from typing import Any
 
 from ...config import BUILTIN_TOOLS, Goal, ToolEntry
+from ...config.mcp import is_mcp_tool
 from . import files
+from .mcp import open_servers
 from .paths import PathGuard, ToolError
 from .process import cap, run_process, scrub_env
 
@@ -62,13 +64,20 @@ class Toolbox:
         box = PathGuard.for_goal(goal)
         environ = scrub_env(goal.env, env)
         entries = goal.tools if goal.tools is not None else [ToolEntry(name=n) for n in BUILTIN_TOOLS]
-        return cls([_build(entry, box, environ) for entry in entries])
+        return cls([_build(entry, box, environ) for entry in entries if not is_mcp_tool(entry.name)])
 
     @classmethod
     @contextlib.asynccontextmanager
     async def open(cls, goal: Goal) -> AsyncIterator[Toolbox]:
-        """The goal's tools for one run; whatever they started for it is stopped when the run leaves."""
-        yield cls.for_goal(goal)
+        """The goal's tools for one run; whatever they started for it is stopped when the run leaves.
+
+        The goal's MCP servers start here, all at once (`McpError` naming the one that cannot), and their
+        tools join the built-ins as SERVER__TOOL; they are closed, process groups and all, on the way out.
+        """
+        chosen = None if goal.tools is None else [entry.name for entry in goal.tools]
+        async with open_servers(goal.mcp, chosen, goal.workpath) as remote:
+            local = cls.for_goal(goal).tools.values()
+            yield cls([*local, *(Tool(t.name, t.description, t.parameters, t.run, t.validator()) for t in remote)])
 
     async def call(self, name: str, raw_arguments: str) -> str:
         tool = self.tools.get(name)
