@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conftest import child_env
+from support import child_env
 
 from runner.store import SqliteStore
 

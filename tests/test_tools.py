@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import KEY, call
+from support import KEY, call
 
 from runner.config import Goal, ModelConfig, ToolEntry
 from runner.work.tools import Toolbox

@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from conftest import call, child_env
+from support import call, child_env
 
 HAIKU_CHECK = """
 import sys, pathlib

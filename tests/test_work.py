@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import call
+from support import call
 
 WEATHER = """
 import json, sys, time, pathlib
