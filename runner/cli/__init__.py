@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from . import approval, daemon, db, history, project, run
+from . import approval, daemon, db, history, mcp, project, run
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -27,6 +27,6 @@ def main(ctx: click.Context, project_dir: Path | None) -> None:
     ctx.obj = project_dir
 
 
-for _module in (run, approval, history, daemon, project, db):
+for _module in (run, approval, history, daemon, project, db, mcp):
     for _command in _module.COMMANDS:
         main.add_command(_command)

@@ -1,7 +1,61 @@
-"""`runner mcp` commands (being built)."""
+"""`runner mcp`: serve runner over stdio as an MCP server; `runner mcp list [GOAL]`: the tools of the MCP servers."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-COMMANDS: list[click.Command] = []
+from .common import project_of, reports_errors, run_async
+
+
+@click.group(invoke_without_command=True)
+@click.option(
+    "-C",
+    "--project",
+    "project_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Project folder (default: found upwards from here).",
+)
+@click.pass_context
+def mcp(ctx: click.Context, project_dir: Path | None) -> None:
+    """Serve runner as an MCP server over stdio (list_goals, run_goal, get_run, list_runs, approve, reject,
+    trigger). Register it with a client: claude mcp add runner -- runner mcp -C DIR"""
+    if project_dir is not None:
+        ctx.obj = project_dir
+    if ctx.invoked_subcommand is None:
+        from ..mcp_server import serve
+
+        serve(ctx.obj)
+
+
+@mcp.command("list")
+@click.argument("goal", required=False)
+@click.pass_context
+@reports_errors
+def list_tools(ctx: click.Context, goal: str | None) -> None:
+    """Start the MCP servers of GOAL (default: those of runner.yaml), print their tools, stop them."""
+    from ..config import load_goal
+    from ..work.tools.mcp import survey
+
+    project = project_of(ctx)
+    if goal is None:
+        servers, chosen, workdir = project.settings.mcp, None, project.root
+    else:
+        the_goal = load_goal(project, goal)
+        chosen = None if the_goal.tools is None else [t.name for t in the_goal.tools]
+        servers, workdir = the_goal.mcp, the_goal.workpath
+    if not servers:
+        click.echo(f"no MCP servers in {goal or 'runner.yaml'}")
+        return
+    for connection, tools in run_async(survey(servers, chosen, workdir)):
+        click.echo(f"{connection.name} ({connection.where}): {len(tools)} tools")
+        width = max((len(tool.name) for tool in tools), default=0)
+        for tool in tools:
+            summary = (tool.description.strip().splitlines() or [""])[0]
+            click.echo(f"  {tool.name:<{width}}  {summary[:100]}")
+        for problem in connection.left_out():
+            click.echo(f"  left out: {problem}")
+
+
+COMMANDS = [mcp]

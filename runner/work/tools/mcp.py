@@ -74,13 +74,31 @@ async def open_servers(
     chosen = selection(servers, tool_names)
     connections = [McpConnection(name, servers[name], workdir, extra_env) for name in chosen]
     try:
-        listings = await asyncio.gather(*(c.start() for c in connections), return_exceptions=True)
-        failures = [result for result in listings if isinstance(result, BaseException)]
-        if failures:
-            raise failures[0]
+        await _start_all(connections)
         yield [tool for c in connections for tool in c.offered(chosen[c.name])]
     finally:
         await asyncio.gather(*(c.close() for c in connections))
+
+
+async def survey(
+    servers: Mapping[str, McpServer], tool_names: list[str] | None, workdir: Path
+) -> list[tuple[McpConnection, list[McpTool]]]:
+    """Start the servers, see what each offers the model (and `left_out()`), close them: `runner mcp list`."""
+    chosen = selection(servers, tool_names)
+    connections = [McpConnection(name, servers[name], workdir) for name in chosen]
+    try:
+        await _start_all(connections)
+        return [(c, c.offered(chosen[c.name])) for c in connections]
+    finally:
+        await asyncio.gather(*(c.close() for c in connections))
+
+
+async def _start_all(connections: list[McpConnection]) -> None:
+    """Start every server at once; the first failure, in the order of the config, is the one reported."""
+    listings = await asyncio.gather(*(c.start() for c in connections), return_exceptions=True)
+    failures = [result for result in listings if isinstance(result, BaseException)]
+    if failures:
+        raise failures[0]
 
 
 class McpConnection:
@@ -134,9 +152,10 @@ class McpConnection:
         return offered
 
     def left_out(self) -> list[str]:
-        """The listed tools no model can be offered, and why (for `runner mcp list`)."""
-        problems = [name_problem(tool_name(self.name, tool.name)) for tool in self.tools]
-        return [problem for problem in problems if problem]
+        """The allowed tools no model can be offered, and why (for `runner mcp list`)."""
+        allowed = self.config.tools
+        names = [tool_name(self.name, t.name) for t in self.tools if allowed is None or t.name in allowed]
+        return [problem for problem in map(name_problem, names) if problem]
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> str:
         """The tool's result as text for the model; every failure is described, never raised."""
@@ -259,9 +278,13 @@ class McpConnection:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
 
+    @property
+    def where(self) -> str:
+        """The server as its config names it: the URL, or the command line."""
+        return self.config.url or " ".join([self.config.command or "", *self.config.args])
+
     def _failed(self, reason: str) -> str:
-        where = self.config.url or " ".join([self.config.command or "", *self.config.args])
-        return f"MCP server {self.name} ({where}) {reason}"
+        return f"MCP server {self.name} ({self.where}) {reason}"
 
     def _reason(self, exc: BaseException) -> str:
         from mcp_types import CONNECTION_CLOSED
