@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -31,14 +32,26 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError("expected a duration like 30s, 5m, 2h, 1d or a number of seconds")
     if isinstance(value, (int, float)):
-        seconds = float(value)
+        seconds = float(value) if abs(value) < 1e300 else float("inf")
     else:
         match = _DURATION.match(str(value))
         if not match:
             raise ValueError(f"expected a duration like 30s, 5m, 2h, 1d or a number of seconds, got {value!r}")
         seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    return _bounded(seconds, value)
+
+
+MAX_DURATION = 3650 * 86400.0
+"""Ten years: longer durations are typos (`99999999999d`) and overflow the schedulers' date arithmetic."""
+
+
+def _bounded(seconds: float, value: Any) -> float:
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        raise ValueError(f"expected a finite duration like 30s, 5m, 2h or 1d, got {value!r}")
     if seconds < 0:
         raise ValueError("expected a duration that is not negative")
+    if seconds > MAX_DURATION:
+        raise ValueError(f"expected a duration of at most 3650d (ten years), got {value!r}")
     return seconds
 
 
@@ -53,7 +66,7 @@ StrList = Annotated[list[str], BeforeValidator(_as_list)]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class Price(Strict):
@@ -179,6 +192,8 @@ class Check(Strict):
         kinds = [k for k in ("run", "judge", "approve") if getattr(self, k) is not None]
         if len(kinds) != 1:
             raise ValueError("a check needs exactly one of run, judge or approve")
+        if not getattr(self, kinds[0]).strip():
+            raise ValueError(f"{kinds[0]}: expected {_CHECK_TEXT[kinds[0]]}, got an empty string")
         if self.name is None:
             self.name = getattr(self, kinds[0]).strip().splitlines()[0][:60]
         return self
@@ -186,6 +201,9 @@ class Check(Strict):
     @property
     def kind(self) -> str:
         return "run" if self.run is not None else "judge" if self.judge is not None else "approve"
+
+
+_CHECK_TEXT = {"run": "a shell command", "judge": "a rubric for the judge", "approve": "a question for a person"}
 
 
 class Verify(Strict):
@@ -291,9 +309,41 @@ class Goal(Strict):
         check_tools(info.data.get("mcp", {}), referenced, [t.name for t in entries if t.run is not None])
         return tools
 
+    @field_validator("workdir")
+    @classmethod
+    def _sane_workdir(cls, workdir: str) -> str:
+        if any(ord(c) < 32 or ord(c) == 127 for c in workdir):
+            raise ValueError("expected a folder path relative to the project root, without control characters")
+        if len(workdir) > 4096 or any(len(part) > 255 for part in workdir.split("/")):
+            raise ValueError("expected a folder path of at most 4096 characters, each name at most 255")
+        return workdir
+
+    @field_validator("protect")
+    @classmethod
+    def _protect_not_everything(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            if covers_state(pattern):
+                raise ValueError(
+                    f"{pattern!r} covers the whole project or its state folder .runner/, which runner writes "
+                    "during every run; name the files or folders to protect (e.g. secrets/**)"
+                )
+        return patterns
+
     @property
     def workpath(self) -> Path:
         return (self.root / self.workdir).resolve()
+
+
+def covers_state(pattern: str) -> bool:
+    """Whether a `protect:` pattern reaches the whole project (`.`, `*`, `**`) or runner's state folder `.runner/`."""
+    glob = pattern.strip().removeprefix("./").rstrip("/")
+    base = glob.removesuffix("/**")
+    if base in ("", ".", "..", ".runner") or base.startswith(("../", ".runner/")):
+        return True
+    return any(fnmatch.fnmatchcase(state, glob) for state in _STATE_SAMPLES)
+
+
+_STATE_SAMPLES = (".runner", ".runner/runs.db", ".runner/runs/RUN_ID/transcript.jsonl")
 
 
 class WebhookSettings(Strict):

@@ -139,7 +139,7 @@ def build_goal(
     judge = merged.get("judge_model")
     if isinstance(judge, (str, dict)):
         judge = {"name": judge} if isinstance(judge, str) else judge
-        merged["judge_model"] = {**merged["model"], **judge}
+        merged["judge_model"] = {**merged["model"], **judge} if isinstance(merged["model"], dict) else judge
     for section in ("limits", "verify"):
         if isinstance(merged.get(section, {}), dict):
             merged[section] = {**getattr(defaults, section), **merged.get(section, {})}
@@ -161,11 +161,18 @@ def build_goal(
         goal = doc.validate(Goal, merged)
     except ConfigError as exc:
         raise ConfigError("invalid goal", problems + exc.problems) from None
-    if not goal.workpath.is_dir():
+    if not _is_folder(goal.workpath):
         problems.append(doc.problem(("workdir",), f"{goal.workpath} is not a folder (relative to the project root)"))
     if problems:
         raise ConfigError("invalid goal", problems)
     return goal
+
+
+def _is_folder(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):  # a name too long, a loop of symlinks: not a usable folder either
+        return False
 
 
 NO_MODEL = (
