@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from daemon_helpers import DaemonProcess
 from support import KEY, Proj
 
 from runner.testing import ScriptedServer
@@ -22,3 +24,18 @@ def proj(tmp_path: Path, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("TEST_API_KEY", KEY)
     monkeypatch.chdir(tmp_path)
     return Proj(tmp_path, server)
+
+
+@pytest.fixture
+def daemons() -> Iterator[Callable[..., DaemonProcess]]:
+    """Starts real `runner daemon` processes; kills whatever is left at the end of the test."""
+    started: list[DaemonProcess] = []
+
+    def start(proj: Proj, *args: str, **popen: Any) -> DaemonProcess:
+        daemon = DaemonProcess(proj.root, *args, **popen)
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.kill()

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from runner.store import SqliteStore
 
 
 class DaemonProcess:
-    def __init__(self, root: Path, *args: str) -> None:
+    def __init__(self, root: Path, *args: str, **popen: Any) -> None:
         self.root = root
         self.lines: list[str] = []
         self.proc = subprocess.Popen(
@@ -26,6 +28,7 @@ class DaemonProcess:
             stderr=subprocess.PIPE,
             text=True,
             env=child_env(),
+            **popen,
         )
         threading.Thread(target=self._read, daemon=True).start()
         self.wait_log("daemon started")
@@ -76,3 +79,27 @@ class DaemonProcess:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+def monitor(proj, name: str, check: str = "true") -> None:
+    """A goal whose passing checks end every run `satisfied`, with no model request."""
+    proj.goal(
+        name, prompt=f"keep {name} green", verify={"max_attempts": 1, "checks_first": True, "checks": [{"run": check}]}
+    )
+
+
+def schedule(proj, *entries: dict, file: str = "main") -> None:
+    proj.write(f"schedules/{file}.yaml", list(entries))
+
+
+def post(port: int, body: bytes, signature: str | None, length: int | None = None) -> int:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/hooks/triage", data=body, method="POST")
+    if signature:
+        request.add_header("X-Runner-Signature", signature)
+    if length is not None:
+        request.add_header("Content-Length", str(length))
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code

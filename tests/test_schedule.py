@@ -9,42 +9,14 @@ import json
 import os
 import signal
 import time
-import urllib.error
-import urllib.request
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
-import pytest
-from daemon_helpers import DaemonProcess
+from daemon_helpers import monitor, post, schedule
 
 from runner.config import Entry
 from runner.schedule.triggers import missed_fire, time_trigger
 from runner.store import SqliteStore
-
-
-@pytest.fixture
-def daemons():
-    started: list[DaemonProcess] = []
-
-    def start(proj, *args: str) -> DaemonProcess:
-        daemon = DaemonProcess(proj.root, *args)
-        started.append(daemon)
-        return daemon
-
-    yield start
-    for daemon in started:
-        daemon.kill()
-
-
-def monitor(proj, name: str, check: str = "true") -> None:
-    """A goal whose passing checks end every run `satisfied`, with no model request."""
-    proj.goal(
-        name, prompt=f"keep {name} green", verify={"max_attempts": 1, "checks_first": True, "checks": [{"run": check}]}
-    )
-
-
-def schedule(proj, *entries: dict, file: str = "main") -> None:
-    proj.write(f"schedules/{file}.yaml", list(entries))
 
 
 def spans(runs: list[dict]) -> list[tuple[datetime, datetime]]:
@@ -179,19 +151,6 @@ def test_file_change_triggers_once_per_debounce_window(proj, daemons):
     (proj.root / "docs" / "later.md").write_text("a new window")
     daemon.wait_runs(2, "satisfied")
     daemon.stop()
-
-
-def post(port: int, body: bytes, signature: str | None, length: int | None = None) -> int:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/hooks/triage", data=body, method="POST")
-    if signature:
-        request.add_header("X-Runner-Signature", signature)
-    if length is not None:
-        request.add_header("Content-Length", str(length))
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
 
 
 def test_webhook_signatures_and_body_limit(proj, daemons):

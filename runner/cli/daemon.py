@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
+import time
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import ConfigError
+from ..config.models import format_duration
+from ..errors import ConfigError, DaemonError
 from .common import reports_errors
+
+if TYPE_CHECKING:
+    from ..config import Catalog, Entry, Project
+    from ..store import Store
 
 
 @click.command()
@@ -16,7 +25,12 @@ from .common import reports_errors
 @click.pass_context
 @reports_errors
 def daemon(ctx: click.Context, verbose: bool) -> None:
-    """Run the schedule loop in the foreground until SIGTERM or SIGINT."""
+    """Run the schedule loop in the foreground until SIGTERM or SIGINT.
+
+    \b
+    Example:
+      runner daemon -C ~/projects/nightly
+    """
     import logging
 
     from ..schedule.daemon import Daemon
@@ -27,7 +41,14 @@ def daemon(ctx: click.Context, verbose: bool) -> None:
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
     async def serve() -> None:
-        await Daemon(ctx.obj).run()
+        from ..config import load_project
+
+        if load_project(ctx.obj).settings.store.startswith(("postgresql://", "postgres://")):
+            from ..schedule.cluster import run_daemon
+
+            await run_daemon(ctx.obj)
+        else:
+            await Daemon(ctx.obj).run()
 
     import asyncio
 
@@ -35,52 +56,121 @@ def daemon(ctx: click.Context, verbose: bool) -> None:
 
 
 @click.command(name="list")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of entries (and goals without one).")
 @click.pass_context
 @reports_errors
 def list_goals(ctx: click.Context, as_json: bool) -> None:
-    """Goals, their schedule entries, next fire times, last outcomes and paused state."""
+    """Goals and their schedule entries: entry id (what `pause` takes), trigger, next fire, last outcome, state.
+
+    \b
+    Example:
+      runner list --json
+    """
     from ..config import Catalog
-    from ..schedule.triggers import describe, next_fire
+    from ..schedule.daemon import daemon_pid
     from ..store import open_store
 
     config = Catalog.load(ctx.obj)
     store = open_store(config.project)
-    rows = []
-    for name in sorted(config.goals):
-        runs = store.runs(name, limit=1)
-        entries = [e for e in config.entries if e.goal == name] or [None]
-        for entry in entries:
-            state = store.entry(entry.id) if entry else {}
-            fire = next_fire(entry, state.get("last_fire")) if entry and entry.enabled else None
-            rows.append(
-                {
-                    "goal": name,
-                    "entry": entry.id if entry else None,
-                    "trigger": describe(entry) if entry else "-",
-                    "next_fire": fire.isoformat() if fire else None,
-                    "last_outcome": runs[-1]["outcome"] if runs else None,
-                    "paused": bool(state.get("paused")),
-                    "enabled": entry.enabled if entry else None,
-                }
-            )
+    pid = daemon_pid(config.project)
+    started = _daemon_started(config.project) if pid else None
+    rows = [row for name in sorted(config.goals) for row in _goal_rows(config, store, name, started)]
     if as_json:
         click.echo(json.dumps(rows))
         return
+    _print_entries(rows)
+    if pid:
+        click.echo(f"daemon: running (pid {pid})")
+    else:
+        click.echo("daemon: not running; schedules fire only while `runner daemon` runs")
+
+
+def _goal_rows(config: Catalog, store: Store, name: str, daemon_started: datetime | None) -> list[dict[str, Any]]:
+    """One row per entry of the goal (one row with no entry when it has none), with the entry's last outcome."""
+    from ..schedule.triggers import describe
+
+    history = store.runs(name)
+    entries = [e for e in config.entries if e.goal == name]
+    if not entries:
+        last = history[-1]["outcome"] if history else None
+        return [_row(name, None, "-", (None, "-"), last, {}, None)]
+    rows = []
+    for entry in entries:
+        state = store.entry(entry.id)
+        last = next((r["outcome"] for r in reversed(history) if r.get("entry") == entry.id), None)
+        fire = _next_fire(entry, state, daemon_started) if entry.enabled and not state.get("paused") else (None, "-")
+        rows.append(_row(name, entry.id, describe(entry), fire, last, state, entry.enabled))
+    return rows
+
+
+def _row(
+    goal: str,
+    entry: str | None,
+    trigger: str,
+    fire: tuple[datetime | None, str],
+    last: str | None,
+    state: dict[str, Any],
+    enabled: bool | None,
+) -> dict[str, Any]:
+    return {
+        "goal": goal,
+        "entry": entry,
+        "trigger": trigger,
+        "next_fire": fire[0].isoformat() if fire[0] else None,
+        "next_fire_text": fire[1],
+        "last_outcome": last,
+        "paused": bool(state.get("paused")),
+        "enabled": enabled,
+    }
+
+
+def _next_fire(entry: Entry, state: dict[str, Any], daemon_started: datetime | None) -> tuple[datetime | None, str]:
+    """When the entry fires next, and how to say it; the same answer on every call (no `now + every`)."""
+    from ..schedule.triggers import next_fire
+
+    if entry.every is None:
+        fire = next_fire(entry, state.get("last_fire"))
+        return fire, _when(fire) if fire else "-"
+    every = timedelta(seconds=entry.every)
+    last = datetime.fromisoformat(state["last_fire"]) if state.get("last_fire") else None
+    now = datetime.now(timezone.utc)
+    if daemon_started is not None:
+        base = max(b for b in (last, daemon_started) if b is not None)
+        steps = max(1, math.ceil((now - base) / every))
+        fire = base + steps * every
+        return fire, _when(fire)
+    if last is not None and last + every > now:
+        return last + every, _when(last + every)
+    return None, f"{format_duration(entry.every)} after `runner daemon` starts"
+
+
+def _when(fire: datetime) -> str:
+    return fire.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _daemon_started(project: Project) -> datetime | None:
+    """When the running daemon started: it writes its pid into daemon.lock then."""
+    try:
+        stamp = (project.state / "daemon.lock").stat().st_mtime
+    except OSError:
+        return None
+    return datetime.fromtimestamp(stamp, timezone.utc)
+
+
+def _print_entries(rows: list[dict[str, Any]]) -> None:
+    from rich import box
     from rich.table import Table
 
     from .display import table_console
 
-    table = Table("goal", "trigger", "next fire", "last outcome", "state")
+    columns = ("entry", "goal", "trigger", "next fire", "last outcome", "state")
+    table = Table(*columns, box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for row in rows:
         state = "paused" if row["paused"] else ("disabled" if row["enabled"] is False else "")
         table.add_row(
-            row["goal"],
-            row["trigger"],
-            (row["next_fire"] or "-")[:19].replace("T", " "),
-            row["last_outcome"] or "-",
-            state,
+            row["entry"] or "-", row["goal"], row["trigger"], row["next_fire_text"], row["last_outcome"] or "-", state
         )
+    table.columns[0].no_wrap = True
     table_console().print(table)
 
 
@@ -89,7 +179,12 @@ def list_goals(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 @reports_errors
 def trigger(ctx: click.Context, name: str) -> None:
-    """Ask the running daemon to run goal NAME now (queued like any trigger)."""
+    """Ask the running daemon to run goal NAME now (queued like any trigger).
+
+    \b
+    Example:
+      runner trigger haiku
+    """
     from ..config import Catalog
     from ..schedule.daemon import daemon_pid
     from ..store import open_store
@@ -97,12 +192,28 @@ def trigger(ctx: click.Context, name: str) -> None:
     config = Catalog.load(ctx.obj)
     if name not in config.goals:
         raise ConfigError(f"no goal named {name!r} (goals: {', '.join(sorted(config.goals)) or 'none'})")
-    open_store(config.project).send_command("trigger", name)
+    store = open_store(config.project)
+    command = store.send_command("trigger", name)
     pid = daemon_pid(config.project)
-    if pid:
-        click.echo(f"triggered {name}: the daemon (pid {pid}) runs it as soon as the goal is free")
-    else:
+    if not pid:
         click.echo(f"queued {name}: no daemon is running now; it runs when `runner daemon` starts")
+        return
+    wait = max(5.0, 4 * config.project.settings.daemon.poll_interval)
+    if not _taken(store, command, wait):
+        raise DaemonError(
+            f"the daemon (pid {pid}) did not take the trigger of {name} within {wait:g}s; it stays queued "
+            "(see the daemon's log)"
+        )
+    click.echo(f"triggered {name}: the daemon (pid {pid}) runs it as soon as the goal is free")
+
+
+def _taken(store: Store, command: int, wait: float) -> bool:
+    deadline = time.monotonic() + wait
+    while not store.command_taken(command):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 @click.command()
@@ -110,7 +221,12 @@ def trigger(ctx: click.Context, name: str) -> None:
 @click.pass_context
 @reports_errors
 def pause(ctx: click.Context, name: str) -> None:
-    """Stop the schedule entries of goal NAME (or one entry by id) until `runner resume`."""
+    """Stop the schedule entries of goal NAME (or one entry by id, see `runner list`) until `runner resume`.
+
+    \b
+    Example:
+      runner pause example/haiku/every
+    """
     set_paused(ctx, name, True)
 
 
@@ -119,7 +235,12 @@ def pause(ctx: click.Context, name: str) -> None:
 @click.pass_context
 @reports_errors
 def resume(ctx: click.Context, name: str) -> None:
-    """Restart the schedule entries of goal NAME (or one entry by id), resetting the circuit breaker."""
+    """Restart the schedule entries of goal NAME (or one entry by id), resetting the circuit breaker.
+
+    \b
+    Example:
+      runner resume haiku
+    """
     set_paused(ctx, name, False)
 
 

@@ -55,6 +55,14 @@ def _bounded(seconds: float, value: Any) -> float:
     return seconds
 
 
+def format_duration(seconds: float) -> str:
+    """Seconds as a person writes them: 3600 -> `1h`, 90 -> `90s`, 5400 -> `90m`, 1.5 -> `1.5s`."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
@@ -353,6 +361,10 @@ class WebhookSettings(Strict):
     port: int = Field(default=8787, ge=0, le=65535)
     secret: str | None = None
     max_body: int = Field(default=1_048_576, ge=1)
+    max_connections: int = Field(default=64, ge=1, le=10_000)
+    """Connections served at once; more are closed at once, so slow clients cannot take the runs' descriptors."""
+    request_timeout: Duration = Field(default=10.0, gt=0)
+    """From a request's first byte to its last; a slower client is disconnected."""
 
 
 class UiSettings(Strict):
@@ -376,6 +388,9 @@ class DaemonSettings(Strict):
     max_concurrent_runs: int = Field(default=4, ge=1)
     shutdown_grace: Duration = 30.0
     poll_interval: Duration = 0.5
+    store_timeout: Duration = Field(default=30.0, gt=0)
+    """How long a write waits for a store another process holds locked; a fire that could not be
+    recorded in that time is tried again at the next poll."""
     """How often the daemon reads commands (trigger, pause, resume) from the store."""
     webhook: WebhookSettings = Field(default_factory=WebhookSettings)
     ui: UiSettings = Field(default_factory=lambda: UiSettings(enabled=False))

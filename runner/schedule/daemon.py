@@ -16,17 +16,20 @@ Guarantees kept here, where the library has none:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
+import functools
 import logging
 import os
 import random
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from ..config import Catalog, Entry, Goal, Project
-from ..errors import ConfigError, DaemonError
+from ..errors import ConfigError, DaemonError, StoreError
 from ..store import open_store
 from ..verify import RunResult, StoreApprover, run_goal
 from ..vocabulary import GOOD
@@ -35,6 +38,20 @@ from .triggers import missed_fire, time_trigger
 log = logging.getLogger("runner.daemon")
 NOT_COUNTED = ("cancelled", "awaiting_approval")
 """Outcomes that neither trip the circuit breaker nor chain `after` entries."""
+
+
+def _deferred_on_store_error(fire: Callable[..., None]) -> Callable[..., None]:
+    """A fire that cannot be recorded (the store locked past its timeout) waits for the next poll, not lost."""
+
+    @functools.wraps(fire)
+    def guarded(self: Daemon, *args: Any, **kwargs: Any) -> None:
+        try:
+            fire(self, *args, **kwargs)
+        except StoreError as exc:
+            log.error("cannot record a fire (%s); it is tried again at the next poll", exc)
+            self.deferred.append(functools.partial(guarded, self, *args, **kwargs))
+
+    return guarded
 
 
 @dataclass
@@ -60,13 +77,13 @@ class Daemon:
         self.stamp: tuple[Any, ...] = ()
         self.approver = StoreApprover(self.store)
         self.due: dict[str, datetime] = {}
+        self.deferred: list[Callable[[], None]] = []
+        """Fires that met a store error; fired again at the next poll."""
+        self.failure: str | None = None
 
     # lifecycle
     async def run(self) -> None:
         self._take_lock()
-        from apscheduler.events import EVENT_JOB_SUBMITTED
-        from apscheduler.schedulers.asyncio import AsyncIOScheduler
-
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
@@ -74,16 +91,7 @@ class Daemon:
             self.record("interrupted", detail=f"run {run_id} was left running by a process that is gone")
         import openai  # noqa: F401  (imported once here, not inside the first run while others wait)
 
-        self.scheduler = AsyncIOScheduler(timezone=timezone.utc)
-        self.scheduler.add_listener(self._due, EVENT_JOB_SUBMITTED)
-        self.scheduler.start()
-        self.schedule_all()
-        self.catch_up()
-        from .listeners import start_listeners
-
-        self.listeners = start_listeners(self)
-        self.stamp = self.config_stamp()
-        self.listeners.append(asyncio.create_task(self.read_commands()))
+        self.start_scheduling()
         log.info(
             "daemon started: %d goals, %d entries, max %d runs at once",
             len(self.catalog.goals),
@@ -92,6 +100,24 @@ class Daemon:
         )
         await self.stopping.wait()
         await self.shutdown()
+        if self.failure is not None:
+            raise DaemonError(f"{self.failure}; the daemon stopped")
+
+    def start_scheduling(self) -> None:
+        """APScheduler with every time entry, the catch-up of missed fires, the listeners and the command reader."""
+        from apscheduler.events import EVENT_JOB_SUBMITTED
+        from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+        from .listeners import start_listeners
+
+        self.scheduler = AsyncIOScheduler(timezone=timezone.utc)
+        self.scheduler.add_listener(self._due, EVENT_JOB_SUBMITTED)
+        self.scheduler.start()
+        self.schedule_all()
+        self.catch_up()
+        self.listeners = start_listeners(self)
+        self.stamp = self.config_stamp()
+        self.listeners.append(asyncio.create_task(self.read_commands()))
 
     async def shutdown(self) -> None:
         log.info(
@@ -132,7 +158,7 @@ class Daemon:
     def schedule_all(self) -> None:
         self.scheduler.remove_all_jobs()
         for entry in self.catalog.entries:
-            trigger = time_trigger(entry) if entry.enabled else None
+            trigger = self.trigger_of(entry) if entry.enabled else None
             if trigger is None:
                 continue
             if entry.at is not None and (self.store.entry(entry.id)["last_fire"] or entry.at <= _now()):
@@ -154,7 +180,7 @@ class Daemon:
                 continue
             last = self.store.entry(entry.id)["last_fire"]
             missed = missed_fire(entry, datetime.fromisoformat(last) if last else None, now)
-            if missed is None:
+            if missed is None or not self.claim(entry, missed):
                 continue
             late = (now - missed).total_seconds()
             if late <= entry.misfire_grace:
@@ -162,7 +188,6 @@ class Daemon:
                 self.fire(entry, "catch_up")
             else:
                 self.record("skip", entry, f"missed {missed.isoformat()} by {late:.0f}s, beyond misfire_grace")
-            self.store.update_entry(entry.id, last_fire=now.isoformat())
 
     def _due(self, event: Any) -> None:
         """APScheduler tells when a job was due just before it runs; the start delay is measured from it."""
@@ -173,15 +198,30 @@ class Daemon:
         due = self.due.pop(entry_id, None)
         if entry is None:
             return
-        self.store.update_entry(entry.id, last_fire=_now().isoformat())
         if entry.jitter:
             await asyncio.sleep(random.uniform(0, entry.jitter))
-        self.fire(entry, entry.kind, due=due)
+        self.fire_on_time(entry, due)
+
+    @_deferred_on_store_error
+    def fire_on_time(self, entry: Entry, due: datetime | None) -> None:
+        """A time entry is due: fire it if this daemon claims the fire time."""
+        if self.claim(entry, due or _now()):
+            self.fire(entry, entry.kind, due=due)
+
+    def trigger_of(self, entry: Entry) -> Any:
+        """The APScheduler trigger of a time entry (None for event triggers)."""
+        return time_trigger(entry)
+
+    def claim(self, entry: Entry, fire: datetime) -> bool:
+        """Take a fire time of an entry: True if this daemon runs it (the cluster engine lets one daemon of many)."""
+        self.store.update_entry(entry.id, last_fire=_now().isoformat())
+        return True
 
     def entry(self, entry_id: str) -> Entry | None:
         return next((e for e in self.catalog.entries if e.id == entry_id), None)
 
     # runs
+    @_deferred_on_store_error
     def fire(
         self,
         entry: Entry | None,
@@ -229,9 +269,13 @@ class Daemon:
                     checks_first=checks_first,
                 )
             self.finished(goal, entry, result)
+        except StoreError as exc:
+            log.error("cannot record a run of %s (%s); it is tried again at the next poll", goal.name, exc)
+            self.deferred.append(functools.partial(self.fire, entry, trigger, goal.name, due=due))
         except Exception as exc:  # a broken goal never stops the daemon
             log.exception("goal %s failed", goal.name)
-            self.record("error", entry, f"{type(exc).__name__}: {exc}", goal=goal.name)
+            with contextlib.suppress(StoreError):
+                self.record("error", entry, f"{type(exc).__name__}: {exc}", goal=goal.name)
         finally:
             slot = self.slots[goal.name]
             follow_up, slot.follow_up = slot.follow_up, None
@@ -260,17 +304,38 @@ class Daemon:
 
     # commands, reload
     async def read_commands(self) -> None:
-        """Every poll interval: triggers sent by `runner trigger`, and a reload when a config file changed."""
+        """Every poll interval: the store's health, fires that waited for it, commands, and a reload when a
+        config file changed. A poll that fails is logged; the next one runs all the same."""
         seen = self.stamp
         while True:
-            for kind, target in self.store.take_commands():
-                if kind == "trigger":
-                    self.fire(None, "manual", target)
-            stamp = self.config_stamp()
-            if stamp != seen:
-                seen = stamp
-                self.reload()
+            try:
+                seen = self.poll(seen)
+            except Exception as exc:
+                log.error("poll failed (retried in %gs): %s: %s", self.settings.poll_interval, type(exc).__name__, exc)
             await asyncio.sleep(self.settings.poll_interval)
+
+    def poll(self, seen: tuple[Any, ...]) -> tuple[Any, ...]:
+        problem = self.store.problem()
+        if problem is not None:
+            self.fail(problem)
+            return seen
+        waiting, self.deferred = self.deferred, []
+        for fire in waiting:
+            fire()
+        for kind, target, *_ in self.store.take_commands():
+            if kind == "trigger":
+                self.fire(None, "manual", target)
+        stamp = self.config_stamp()
+        if stamp != seen:
+            self.reload()
+        return stamp
+
+    def fail(self, problem: str) -> None:
+        """Something the daemon cannot work around: stop (draining runs) and leave with the reason."""
+        if self.failure is None:
+            log.error("%s: stopping", problem)
+            self.failure = problem
+            self.stopping.set()
 
     def config_stamp(self) -> tuple[tuple[str, int, int], ...]:
         project = self.catalog.project
@@ -281,8 +346,14 @@ class Daemon:
         try:
             catalog = Catalog.load(self.root)
         except ConfigError as exc:
-            log.error("reload failed; keeping the last good configuration:\n  %s", "\n  ".join(exc.problems))
-            self.store.log_event("reload_failed", detail="\n".join(exc.problems))
+            problems = exc.problems
+        except Exception as exc:  # whatever a hostile file does, the last good configuration keeps running
+            problems = [f"{type(exc).__name__}: {exc}"]
+        else:
+            problems = []
+        if problems:
+            log.error("reload failed; keeping the last good configuration:\n  %s", "\n  ".join(problems))
+            self.store.log_event("reload_failed", detail="\n".join(problems))
             return
         self.catalog = catalog
         self.schedule_all()

@@ -69,7 +69,16 @@ async def _after_debounce(daemon: Daemon, entry: Any) -> None:
 
 async def serve_webhooks(daemon: Daemon) -> None:
     settings = daemon.settings.webhook
-    server = await asyncio.start_server(lambda r, w: _handle(daemon, r, w), settings.host, settings.port)
+    slots = asyncio.Semaphore(settings.max_connections)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if slots.locked():  # over the bound: closed at once, so connections never take the runs' descriptors
+            writer.transport.abort()
+            return
+        async with slots:
+            await _handle(daemon, reader, writer)
+
+    server = await asyncio.start_server(handle, settings.host, settings.port, limit=MAX_HEADER)
     port = server.sockets[0].getsockname()[1]
     (daemon.catalog.project.state / "webhook.port").write_text(str(port))
     log.info("webhooks listen on http://%s:%d/hooks/NAME", settings.host, port)
@@ -78,9 +87,13 @@ async def serve_webhooks(daemon: Daemon) -> None:
 
 
 async def _handle(daemon: Daemon, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """One request within `request_timeout` from its first byte to its last; a slow one is closed quietly."""
     try:
-        status, message = await _respond(daemon, reader)
-    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, ConnectionError):
+        status, message = await asyncio.wait_for(_respond(daemon, reader), daemon.settings.webhook.request_timeout)
+    except (asyncio.TimeoutError, TimeoutError):
+        writer.transport.abort()
+        return
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, ConnectionError, UnicodeError):
         status, message = 400, "bad request"
     body = json.dumps({"status": status, "message": message}).encode()
     writer.write(
@@ -88,13 +101,15 @@ async def _handle(daemon: Daemon, reader: asyncio.StreamReader, writer: asyncio.
         % (status, message.encode()[:40], len(body), body)
     )
     try:
-        await writer.drain()
-    finally:
-        writer.close()
+        await asyncio.wait_for(writer.drain(), daemon.settings.webhook.request_timeout)
+    except (asyncio.TimeoutError, TimeoutError, ConnectionError):
+        writer.transport.abort()
+        return
+    writer.close()
 
 
 async def _respond(daemon: Daemon, reader: asyncio.StreamReader) -> tuple[int, str]:
-    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    head = await reader.readuntil(b"\r\n\r\n")
     if len(head) > MAX_HEADER:
         return 431, "headers too large"
     lines = head.decode("latin-1").split("\r\n")
@@ -112,7 +127,7 @@ async def _respond(daemon: Daemon, reader: asyncio.StreamReader) -> tuple[int, s
     if length > daemon.settings.webhook.max_body:
         daemon.record("rejected", entry, f"webhook body of {length} bytes is over the limit")
         return 413, "body too large"
-    body = await asyncio.wait_for(reader.readexactly(length), 10)
+    body = await reader.readexactly(length)
     secret = (entry.secret or daemon.settings.webhook.secret or "").encode()
     expected = "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
     given = headers.get("x-runner-signature") or headers.get("x-hub-signature-256") or ""

@@ -15,4 +15,8 @@ __all__ = ["RUN_FIELDS", "SqliteStore", "Store", "TranscriptWriter", "now", "ope
 
 def open_store(project: Project) -> Store:
     """The project's store: `store:` in runner.yaml, default `.runner/runs.db`."""
-    return SqliteStore(project.state)
+    if project.settings.store.startswith(("postgresql://", "postgres://")):
+        from .postgres import PostgresStore
+
+        return PostgresStore(project.settings.store)
+    return SqliteStore(project.state, timeout=project.settings.daemon.store_timeout)

@@ -52,6 +52,40 @@ class Store(ABC):
     def mark_interrupted(self) -> list[str]:
         """Runs left `running` by a process that is gone become `interrupted`; their processes are killed."""
 
+    # the dashboard's reads: these defaults filter runs(); a store with many runs overrides them with indexed queries
+    def find_runs(
+        self,
+        goal: str | None = None,
+        outcome: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        """Runs newest first: of a goal, with an outcome, started at or after `since` and before `until` (ISO)."""
+        rows = [r for r in reversed(self.runs(goal)) if _matches(r, outcome, since, until)]
+        return rows[offset : offset + limit]
+
+    def count_runs(
+        self, goal: str | None = None, outcome: str | None = None, since: str | None = None, until: str | None = None
+    ) -> int:
+        """How many runs find_runs would page through."""
+        return sum(1 for r in self.runs(goal) if _matches(r, outcome, since, until))
+
+    def daily_totals(self, goal: str | None, since: str) -> list[dict[str, Any]]:
+        """Per goal, UTC day of `started` (YYYY-MM-DD) and outcome, from the day `since` on: runs, tokens, cost
+        (None where no run of the group has a cost)."""
+        groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for r in self.runs(goal):
+            if r["started"] >= since:
+                key = (r["goal"], r["started"][:10], r["outcome"])
+                row = groups.setdefault(key, dict(zip(("goal", "day", "outcome"), key), runs=0, tokens=0, cost=None))
+                row["runs"] += 1
+                row["tokens"] += r["tokens"] or 0
+                if r.get("cost") is not None:
+                    row["cost"] = (row["cost"] or 0.0) + r["cost"]
+        return list(groups.values())
+
     # transcripts
     @abstractmethod
     def transcript(self, run_id: str) -> TranscriptWriter: ...
@@ -89,10 +123,17 @@ class Store(ABC):
 
     # commands for the daemon
     @abstractmethod
-    def send_command(self, kind: str, target: str) -> None: ...
+    def send_command(self, kind: str, target: str, payload: str | None = None) -> int:
+        """A command for the daemon; `payload` (JSON text) is a trigger's context (runner trigger --payload).
+        Returns the command's id."""
 
     @abstractmethod
-    def take_commands(self) -> list[tuple[str, str]]: ...
+    def command_taken(self, command_id: int) -> bool:
+        """Whether a daemon has taken the command."""
+
+    @abstractmethod
+    def take_commands(self) -> list[tuple[str, str, str | None]]:
+        """The commands not taken yet, oldest first: (kind, target, payload)."""
 
     # schedule entries and the daemon's events
     @abstractmethod
@@ -110,6 +151,18 @@ class Store(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+    def problem(self) -> str | None:
+        """Why the store can no longer be trusted (deleted, replaced), or None while it is sound."""
+        return None
+
+
+def _matches(run: dict[str, Any], outcome: str | None, since: str | None, until: str | None) -> bool:
+    return (
+        (outcome is None or run["outcome"] == outcome)
+        and (since is None or run["started"] >= since)
+        and (until is None or run["started"] < until)
+    )
 
 
 def now() -> str:

@@ -20,6 +20,8 @@ CREATE TABLE IF NOT EXISTS runs (
     started TEXT NOT NULL, ended TEXT, pid INTEGER, final_message TEXT, error TEXT, pending TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_goal ON runs (goal, started);
+CREATE INDEX IF NOT EXISTS runs_started ON runs (started);
+CREATE INDEX IF NOT EXISTS runs_outcome ON runs (outcome, started);
 CREATE TABLE IF NOT EXISTS attempts (
     run_id TEXT NOT NULL, number INTEGER NOT NULL, stop_reason TEXT, steps INTEGER, tokens INTEGER,
     started TEXT, ended TEXT, PRIMARY KEY (run_id, number)
@@ -48,20 +50,50 @@ CREATE TABLE IF NOT EXISTS events (
 );
 """
 
+ADDED_COLUMNS = (
+    ("runs", "cost", "REAL"),  # US dollars, when the model's price is known
+    ("runs", "continues", "TEXT"),  # the run this one picks back up (runner continue)
+    ("attempts", "cost", "REAL"),
+    ("commands", "payload", "TEXT"),  # runner trigger --payload: the trigger context, JSON
+)
+
+
 class SqliteStore(Store):
     """SQLite in WAL mode; every write commits at once so another process sees it."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, timeout: float = 30.0) -> None:
         self.dir = state_dir
         try:
             (state_dir / "runs").mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(state_dir / "runs.db", timeout=30, isolation_level=None)
+            self.db = sqlite3.connect(state_dir / "runs.db", timeout=timeout, isolation_level=None)
             self.db.row_factory = sqlite3.Row
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(SCHEMA)
+            self.inode = (state_dir / "runs.db").stat().st_ino
+            self._add_columns()
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the run store in {state_dir}: {exc}") from None
+
+    def _add_columns(self) -> None:
+        """Columns added after the first release, added to an existing database once (idempotent)."""
+        for table, column, kind in ADDED_COLUMNS:
+            if column not in self._columns(table):
+                try:
+                    self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                except sqlite3.OperationalError as exc:  # another process added it a moment ago
+                    if "duplicate column" not in str(exc):
+                        raise
+
+    def problem(self) -> str | None:
+        path = self.dir / "runs.db"
+        try:
+            inode = path.stat().st_ino
+        except OSError:
+            return f"the run store {path} was deleted while in use"
+        if inode != self.inode:
+            return f"the run store {path} was replaced while in use"
+        return None
 
     def close(self) -> None:
         self.db.close()
@@ -100,9 +132,12 @@ class SqliteStore(Store):
 
     def run(self, run_id: str) -> dict[str, Any]:
         rows = self._exec("SELECT * FROM runs WHERE id = ? OR id LIKE ?", (run_id, run_id + "%")).fetchall()
-        if len(rows) != 1:
-            found = "no run" if not rows else f"{len(rows)} runs"
-            raise UnknownRun(f"{found} with id {run_id!r} in {self.dir / 'runs.db'} (see `runner runs`)")
+        if not rows:
+            raise UnknownRun(f"no run with id {run_id!r} in {self.dir / 'runs.db'} (see `runner runs`)")
+        if len(rows) > 1:
+            listed = "\n".join(f"  {r['id']}  {r['goal']}  {r['outcome']}" for r in rows[:20])
+            more = f"\n  ... and {len(rows) - 20} more" if len(rows) > 20 else ""
+            raise UnknownRun(f"{len(rows)} runs start with {run_id!r}; give more of the id:\n{listed}{more}")
         run = dict(rows[0])
         run["run_id"] = run["id"]
         run["attempt_rows"] = [
@@ -120,6 +155,40 @@ class SqliteStore(Store):
         for row in rows:
             row["run_id"] = row["id"]
         return rows[-limit:] if limit else rows
+
+    def find_runs(
+        self,
+        goal: str | None = None,
+        outcome: str | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        where, args = _run_filter(goal, outcome, since, until)
+        sql = f"SELECT * FROM runs{where} ORDER BY started DESC, rowid DESC LIMIT ? OFFSET ?"
+        rows = [dict(r) for r in self._exec(sql, (*args, limit, offset))]
+        for row in rows:
+            row["run_id"] = row["id"]
+        return rows
+
+    def count_runs(
+        self, goal: str | None = None, outcome: str | None = None, since: str | None = None, until: str | None = None
+    ) -> int:
+        where, args = _run_filter(goal, outcome, since, until)
+        return self._exec(f"SELECT COUNT(*) FROM runs{where}", args).fetchone()[0]
+
+    def daily_totals(self, goal: str | None, since: str) -> list[dict[str, Any]]:
+        where, args = _run_filter(goal, None, since, None)
+        cost = "SUM(cost)" if "cost" in self._columns("runs") else "NULL"
+        sql = (
+            f"SELECT goal, substr(started, 1, 10) AS day, outcome, COUNT(*) AS runs, SUM(tokens) AS tokens,"
+            f" {cost} AS cost FROM runs{where} GROUP BY goal, day, outcome"
+        )
+        return [dict(r) for r in self._exec(sql, args)]
+
+    def _columns(self, table: str) -> set[str]:
+        return {r["name"] for r in self._exec(f"PRAGMA table_info({table})")}
 
     def mark_interrupted(self) -> list[str]:
         """Runs left `running` by a process that is gone become `interrupted`; their processes are killed."""
@@ -179,14 +248,21 @@ class SqliteStore(Store):
         return row["decision"], row["reason"]
 
     # commands for the daemon
-    def send_command(self, kind: str, target: str) -> None:
-        self._exec("INSERT INTO commands (kind, target, created) VALUES (?, ?, ?)", (kind, target, now()))
+    def send_command(self, kind: str, target: str, payload: str | None = None) -> int:
+        cursor = self._exec(
+            "INSERT INTO commands (kind, target, created, payload) VALUES (?, ?, ?, ?)", (kind, target, now(), payload)
+        )
+        return int(cursor.lastrowid or 0)
 
-    def take_commands(self) -> list[tuple[str, str]]:
-        rows = self._exec("SELECT id, kind, target FROM commands WHERE taken IS NULL ORDER BY id").fetchall()
+    def command_taken(self, command_id: int) -> bool:
+        row = self._exec("SELECT taken FROM commands WHERE id = ?", (command_id,)).fetchone()
+        return row is not None and row["taken"] is not None
+
+    def take_commands(self) -> list[tuple[str, str, str | None]]:
+        rows = self._exec("SELECT id, kind, target, payload FROM commands WHERE taken IS NULL ORDER BY id").fetchall()
         if rows:
             self._exec(f"UPDATE commands SET taken = ? WHERE id <= {rows[-1]['id']} AND taken IS NULL", (now(),))
-        return [(r["kind"], r["target"]) for r in rows]
+        return [(r["kind"], r["target"], r["payload"]) for r in rows]
 
     # schedule entries
     def entry(self, entry_id: str) -> dict[str, Any]:
@@ -207,3 +283,13 @@ class SqliteStore(Store):
     def events(self, kind: str | None = None) -> list[dict[str, Any]]:
         sql = "SELECT * FROM events" + (" WHERE kind = ?" if kind else "") + " ORDER BY id"
         return [dict(r) for r in self._exec(sql, (kind,) if kind else ())]
+
+
+def _run_filter(
+    goal: str | None, outcome: str | None, since: str | None, until: str | None
+) -> tuple[str, tuple[Any, ...]]:
+    """A WHERE clause the runs indexes serve: (goal, started), (outcome, started), (started)."""
+    tests = [("goal = ?", goal), ("outcome = ?", outcome), ("started >= ?", since), ("started < ?", until)]
+    used = [(sql, value) for sql, value in tests if value is not None]
+    where = " WHERE " + " AND ".join(sql for sql, _ in used) if used else ""
+    return where, tuple(value for _, value in used)
