@@ -32,9 +32,9 @@ def echo(text: str) -> str:
 
 
 @server.tool()
-def env(name: str) -> str:
+def env(variable: str) -> str:
     """The value of an environment variable of the server, or (unset)."""
-    return os.environ.get(name, "(unset)")
+    return os.environ.get(variable, "(unset)")
 
 
 @server.tool()
@@ -86,9 +86,9 @@ def spawn(pidfile: str) -> str:
 
 
 @server.tool()
-def header(name: str, ctx: Context) -> str:
+def header(key: str, ctx: Context) -> str:
     """The value of an HTTP request header, or (none)."""
-    return (ctx.headers or {}).get(name.lower(), "(none)")
+    return (ctx.headers or {}).get(key.lower(), "(none)")
 
 
 @server.tool(name=LONG_NAME)

@@ -170,11 +170,19 @@ class McpConnection:
         except asyncio.TimeoutError:
             return f"error: {shown} timed out after {timeout:g}s"
         except Exception as exc:
-            await self._reaped()
-            if self.exited:
-                return f"error: {shown} failed: the MCP server {self.name} {self._gone()}"
-            return f"error: {shown} failed: {self._reason(exc)}"
+            return await self._call_failed(shown, exc)
         return describe(result)
+
+    async def _call_failed(self, shown: str, exc: Exception) -> str:
+        from mcp_types import REQUEST_TIMEOUT
+
+        await self._reaped()
+        if self.exited:
+            return f"error: {shown} failed: the MCP server {self.name} {self._gone()}"
+        leaf = _leaf(exc)
+        if getattr(getattr(leaf, "error", None), "code", None) == REQUEST_TIMEOUT:
+            return f"error: {shown} timed out after {self.config.timeout:g}s"
+        return f"error: {shown} failed: {str(leaf).strip() or type(leaf).__name__}"
 
     async def close(self) -> None:
         self.stopping = True
@@ -296,8 +304,7 @@ class McpConnection:
             return f"could not start: {leaf.strerror or leaf}: {leaf.filename or self.config.command}"
         if isinstance(leaf, OSError) and self.process is None and self.config.command:
             return f"could not start: {leaf}"
-        text = str(leaf).strip() or type(leaf).__name__
-        return f"failed: {text}" if self.client is not None else f"could not initialize: {text}"
+        return f"could not initialize: {str(leaf).strip() or type(leaf).__name__}"
 
     async def _reaped(self) -> None:
         """A server whose connection broke is usually exiting: give it a moment to say with which code."""
