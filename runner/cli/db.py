@@ -1,0 +1,96 @@
+"""Cluster commands (a PostgreSQL store): `runner db migrate`, `runner db status`, `runner worker`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..errors import ConfigError
+from .common import project_of, reports_errors
+
+if TYPE_CHECKING:
+    from ..store.postgres import PostgresStore
+
+
+def postgres_store(ctx: click.Context, check_schema: bool = True) -> PostgresStore:
+    from ..store.postgres import PostgresStore, is_postgres_url
+
+    project = project_of(ctx)
+    url = project.settings.store
+    if not is_postgres_url(url):
+        raise ConfigError(
+            f"{project.root / 'runner.yaml'}: store: expected a postgresql:// URL for this command"
+            f" (the store is {url!r}, an SQLite folder)"
+        )
+    return PostgresStore(url, check_schema=check_schema)
+
+
+@click.group()
+def db() -> None:
+    """The PostgreSQL store's schema (runner's and Procrastinate's)."""
+
+
+@db.command()
+@click.pass_context
+@reports_errors
+def migrate(ctx: click.Context) -> None:
+    """Apply what the database lacks of runner's and Procrastinate's schema (safe to run again)."""
+    from ..schedule.cluster import migrate as apply
+
+    store = postgres_store(ctx, check_schema=False)
+    done = _run(apply(store))
+    click.echo("\n".join(f"applied {what}" for what in done) or f"{store.where} is up to date")
+
+
+@db.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+@reports_errors
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Workers alive, and runs queued and running per goal."""
+    from ..schedule.cluster import status as read
+
+    report = _run(read(postgres_store(ctx)))
+    if as_json:
+        click.echo(json.dumps(report))
+        return
+    alive = [w for w in report["workers"] if w["alive"]]
+    click.echo(f"database {report['database']}  schema version {report['schema_version']}")
+    silent = len(report["workers"]) - len(alive)
+    click.echo(f"workers alive: {len(alive)}" + (f" ({silent} silent, pruned when a worker starts)" if silent else ""))
+    for name, counts in sorted(report["goals"].items()):
+        click.echo(f"  {name}: {counts['running']} running, {counts['queued']} queued")
+    if not report["goals"]:
+        click.echo("no run queued or running")
+
+
+@click.command()
+@click.option(
+    "--concurrency", type=click.IntRange(1), help="Runs at once in this worker (default: daemon.max_concurrent_runs)."
+)
+@click.pass_context
+@reports_errors
+def worker(ctx: click.Context, concurrency: int | None) -> None:
+    """Work the queued runs of a PostgreSQL store until SIGTERM or SIGINT (schedules nothing)."""
+    import asyncio
+    import logging
+
+    from ..schedule.cluster import run_worker
+
+    postgres_store(ctx).close()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    for noisy in ("httpx", "openai", "procrastinate"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    asyncio.run(run_worker(ctx.obj, concurrency))
+
+
+def _run(coro: Any) -> Any:
+    import asyncio
+
+    return asyncio.run(coro)
+
+
+COMMANDS = [db, worker]

@@ -1,0 +1,371 @@
+"""The cluster engine: with a PostgreSQL store, every run is a Procrastinate job, and any number of daemons
+(`runner daemon`: schedule and work) and workers (`runner worker`: only work) share one database.
+
+The local daemon's logic (runner.schedule.daemon) is kept; only where a run starts changes:
+- a trigger defers a job `runner.run` with `lock=GOAL` (one run per goal at a time across the cluster) and
+  `queueing_lock=GOAL` (at most one waiting follow-up; a further trigger is recorded `skip`);
+- a time trigger first claims its (entry, fire time) in the store, a compare-and-set that only moves
+  `last_fire` forwards: exactly one daemon fires it, however many scheduled it. `every` entries are laid on
+  one grid (from ANCHOR) so that every daemon computes the same fire times;
+- the job carries the goal file's content hash; a worker whose copy differs ends the run `error`;
+- every process heartbeats (Procrastinate's workers table) and sweeps for jobs of workers that stopped
+  answering: their runs become `interrupted` within INTERRUPTED_WITHIN seconds of a kill -9, and the job
+  is retried once when the entry says `retry_interrupted: true`. Their process groups are killed when a
+  daemon or worker starts again on that machine (the store knows each run's host and pid).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import signal
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..config import Entry, Goal
+from ..errors import DaemonError
+from ..store import now
+from ..store.postgres import HOST, INSTALL_HINT, JOB, PostgresStore, redact
+from .daemon import Daemon
+from .triggers import time_trigger
+
+log = logging.getLogger("runner.daemon")
+TASK = "runner.run"
+ANCHOR = datetime(2000, 1, 1, tzinfo=timezone.utc)
+"""`every` entries fire at ANCHOR + k * every on every daemon."""
+HEARTBEAT = 2.0
+"""Seconds between a worker's heartbeats."""
+STALLED_AFTER = 10.0
+"""A worker without a heartbeat for this long is dead; its running jobs are stalled."""
+SWEEP = 2.0
+"""Seconds between two looks for stalled jobs, in every daemon and worker."""
+INTERRUPTED_WITHIN = STALLED_AFTER + HEARTBEAT + SWEEP
+"""The bound on the time from a worker's kill -9 to its run being `interrupted` (while another process runs)."""
+
+
+def procrastinate_module() -> Any:
+    try:
+        import procrastinate
+    except ImportError:
+        raise DaemonError(f"a postgresql:// store runs on Procrastinate: {INSTALL_HINT}") from None
+    return procrastinate
+
+
+def make_app(url: str) -> Any:
+    procrastinate = procrastinate_module()
+    return procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url, min_size=1, max_size=4))
+
+
+class Cluster(Daemon):
+    """A daemon (`schedules=True`) or a worker on a PostgreSQL store."""
+
+    def __init__(self, root: Any = None, schedules: bool = True, concurrency: int | None = None) -> None:
+        super().__init__(root)
+        if not isinstance(self.store, PostgresStore):
+            raise DaemonError("the cluster engine needs `store: postgresql://...` in runner.yaml")
+        self.schedules = schedules
+        self.catalog.project.state.mkdir(parents=True, exist_ok=True)
+        self.concurrency = concurrency or self.settings.max_concurrent_runs
+        self.app = make_app(self.store.url)
+        self.app.task(name=TASK, pass_context=True)(self.run_job)
+        self.worker: asyncio.Task[Any] | None = None
+        self.deferring: set[asyncio.Task[Any]] = set()
+        self.digests: dict[tuple[str, int, int], str] = {}
+
+    # lifecycle
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        for run_id in self.store.mark_interrupted():
+            self.record("interrupted", detail=f"run {run_id} was left running on {HOST} by a process that is gone")
+        import openai  # noqa: F401  (imported once here, not inside the first run while others wait)
+
+        async with self.app.open_async():
+            await self.check_queue()
+            if self.schedules:
+                self.start_scheduling()
+            self.listeners.append(asyncio.create_task(self.sweep_stalled()))
+            self.worker = asyncio.create_task(self.work())
+            self.stamp = self.config_stamp()
+            log.info(
+                "%s started on %s: %d goals, %d entries, max %d runs at once, store %s",
+                "daemon" if self.schedules else "worker",
+                HOST,
+                len(self.catalog.goals),
+                len(self.catalog.entries) if self.schedules else 0,
+                self.concurrency,
+                self.store.where,
+            )
+            stop = asyncio.create_task(self.stopping.wait())
+            await asyncio.wait([stop, self.worker], return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            await self.shutdown()
+
+    async def check_queue(self) -> None:
+        if not await self.app.check_connection_async():
+            raise DaemonError(f"the database {self.store.where} has no Procrastinate schema: run `runner db migrate`")
+
+    async def work(self) -> None:
+        await self.app.run_worker_async(
+            name=f"{HOST}:{os.getpid()}",
+            concurrency=self.concurrency,
+            install_signal_handlers=False,
+            shutdown_graceful_timeout=self.settings.shutdown_grace,
+            update_heartbeat_interval=HEARTBEAT,
+            stalled_worker_timeout=STALLED_AFTER,
+            fetch_job_polling_interval=1.0,
+            abort_job_polling_interval=1.0,
+            delete_jobs="successful",
+        )
+
+    async def shutdown(self) -> None:
+        log.info("shutting down: no new runs; running ones get %gs to finish", self.settings.shutdown_grace)
+        self.stopping.set()
+        if self.scheduler is not None:
+            self.scheduler.shutdown(wait=False)
+        for task in self.listeners:
+            task.cancel()
+        for task in list(self.approver.waiting):  # waiting on a person: kept `awaiting_approval`, not drained
+            task.cancel()
+        if self.deferring:
+            await asyncio.wait(self.deferring)
+        if self.worker is not None and not self.worker.done():
+            self.worker.cancel()  # Procrastinate stops fetching, drains for shutdown_grace, then aborts the rest
+        if self.worker is not None:
+            await asyncio.gather(self.worker, return_exceptions=True)
+        self.store.close()
+        log.info("%s stopped", "daemon" if self.schedules else "worker")
+
+    # scheduling: the local daemon's, on one grid and with claimed fire times
+    def trigger_of(self, entry: Entry) -> Any:
+        if entry.every is not None:
+            from apscheduler.triggers.interval import IntervalTrigger
+
+            return IntervalTrigger(seconds=entry.every, start_date=ANCHOR, end_date=entry.until, timezone=timezone.utc)
+        return time_trigger(entry)
+
+    def claim(self, entry: Entry, fire: datetime) -> bool:
+        assert isinstance(self.store, PostgresStore)
+        return self.store.claim_fire(entry.id, fire)
+
+    def schedule_all(self) -> None:
+        if self.scheduler is not None:
+            super().schedule_all()
+
+    # triggers become jobs
+    def fire(
+        self,
+        entry: Entry | None,
+        trigger: str,
+        goal_name: str | None = None,
+        follow_up: bool = False,
+        due: datetime | None = None,
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        if trigger == "watch" and entry is not None and not self.claim(entry, _window(entry.debounce)):
+            return  # another daemon watching the same files fired this change
+        super().fire(entry, trigger, goal_name, follow_up, due, context)
+
+    def admits(self, entry: Entry | None, name: str) -> bool:
+        if not super().admits(entry, name):
+            return False
+        if entry is not None and entry.watch and self.busy(name):
+            self.record("skip", entry, "a watched file changed while the goal ran (its own writes do not retrigger it)")
+            return False
+        return True
+
+    def start(
+        self, entry: Entry | None, trigger: str, name: str, due: datetime | None, context: dict[str, Any] | None
+    ) -> None:
+        """Defer a job for the admitted goal: `queued` when it runs elsewhere now, `skip` when one already waits,
+        `start` when a worker takes it."""
+        task = asyncio.create_task(self.defer(entry, trigger, self.catalog.goals[name], due, context))
+        self.deferring.add(task)
+        task.add_done_callback(self.deferring.discard)
+
+    async def defer(
+        self, entry: Entry | None, trigger: str, goal: Goal, due: datetime | None, context: dict[str, Any] | None
+    ) -> None:
+        procrastinate = procrastinate_module()
+        args = {
+            "goal": goal.name,
+            "entry_id": entry.id if entry else None,
+            "trigger": trigger,
+            "digest": self.digest(goal),
+            "due": due.isoformat() if due else None,
+            "context": context,
+        }
+        try:
+            await self.app.configure_task(TASK, lock=goal.name, queueing_lock=goal.name).defer_async(**args)
+        except procrastinate.exceptions.AlreadyEnqueued:
+            return self.record("skip", entry, "a run is already queued (one follow-up at most)", goal=goal.name)
+        except Exception as exc:  # the database went away: the trigger is lost, and says so
+            return self.record("error", entry, f"cannot queue the run: {type(exc).__name__}: {exc}", goal=goal.name)
+        if self.busy(goal.name):
+            self.record("queued", entry, "the goal is running; one follow-up run queued", goal=goal.name)
+
+    def busy(self, goal: str) -> bool:
+        """A run of the goal is going on somewhere in the cluster (Procrastinate holds its lock)."""
+        assert isinstance(self.store, PostgresStore)
+        row = self.store.exec(
+            "SELECT 1 FROM procrastinate_jobs WHERE lock = %s AND status = 'doing' LIMIT 1", (goal,)
+        ).fetchone()
+        return row is not None
+
+    def digest(self, goal: Goal) -> str:
+        path = _goal_file(goal)
+        try:
+            stat = path.stat()
+        except OSError:
+            return "missing"
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        if key not in self.digests:
+            self.digests[key] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+        return self.digests[key]
+
+    # the job: one run
+    async def run_job(
+        self,
+        job: Any,
+        goal: str,
+        entry_id: str | None,
+        trigger: str,
+        digest: str,
+        due: str | None = None,
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        if self.config_stamp() != self.stamp:
+            self.stamp = self.config_stamp()
+            self.reload()
+        entry = self.entry(entry_id) if entry_id else None
+        the_goal = self.catalog.goals.get(goal)
+        token = JOB.set(job.job.id)
+        try:
+            if the_goal is None:
+                return self.record("skip", entry, f"unknown goal {goal!r} on {HOST}", goal=goal)
+            if entry is not None and self.store.entry(entry.id)["paused"]:  # paused while the job waited
+                return self.record("skip", entry, "the entry is paused (runner resume to restart it)")
+            if job.job.attempts:
+                trigger = "retry"
+            mismatch = self.mismatch(the_goal, digest)
+            if mismatch:
+                run_id = self.store.new_run(goal, trigger, entry_id)
+                self.store.finish_run(run_id, "error", error=mismatch)
+                return self.record("error", entry, f"run {run_id}: {mismatch}", goal=goal)
+            when = datetime.fromisoformat(due) if due else None
+            self.finished(the_goal, entry, await self.execute(the_goal, entry, trigger, when, context))
+        except Exception as exc:  # a broken goal never stops the worker
+            log.exception("goal %s failed", goal)
+            self.record("error", entry, f"{type(exc).__name__}: {exc}", goal=goal)
+        finally:
+            JOB.reset(token)
+
+    def mismatch(self, goal: Goal, digest: str) -> str | None:
+        mine = self.digest(goal)
+        if mine == digest:
+            return None
+        return (
+            f"{goal.source} on {HOST} differs from the copy the scheduler read (content hash {mine} here,"
+            f" {digest} in the job): update this machine's checkout"
+        )
+
+    # workers that died
+    async def sweep_stalled(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP)
+            try:
+                manager = self.app.job_manager
+                for job in await manager.get_stalled_jobs(task_name=TASK, seconds_since_heartbeat=STALLED_AFTER):
+                    await self.interrupted(job)
+            except Exception as exc:  # the database is away for a moment: look again next time
+                log.warning("looking for stalled jobs failed: %s", exc)
+
+    async def interrupted(self, job: Any) -> None:
+        """A job whose worker stopped answering: its run becomes `interrupted`; retried once if the entry says so."""
+        assert isinstance(self.store, PostgresStore)
+        procrastinate = procrastinate_module()
+        args = job.task_kwargs
+        entry = self.entry(args.get("entry_id")) if args.get("entry_id") else None
+        why = f"the worker running it stopped answering (no heartbeat for {STALLED_AFTER:g}s)"
+        for run_id in self.store.interrupt_job_runs(job.id, why):
+            self.record("interrupted", entry, f"run {run_id}: {why}", goal=args.get("goal"))
+        retry = entry is not None and entry.retry_interrupted and not job.attempts
+        try:
+            if retry:
+                await self.app.job_manager.retry_job_by_id_async(job.id, retry_at=datetime.now(timezone.utc))
+                self.record("retry", entry, f"job {job.id} queued again (retry_interrupted)", goal=args.get("goal"))
+            else:
+                await self.app.job_manager.finish_job_by_id_async(
+                    job.id, status=procrastinate.jobs.Status.FAILED, delete_job=False
+                )
+        except procrastinate.exceptions.ConnectorException as exc:
+            if "status" not in str(exc):  # another process handled this job first: nothing to do
+                self.record("error", entry, f"job {job.id}: {exc}", goal=args.get("goal"))
+                await self.app.job_manager.finish_job_by_id_async(
+                    job.id, status=procrastinate.jobs.Status.FAILED, delete_job=False
+                )
+
+
+def _goal_file(goal: Goal) -> Path:
+    path = Path(goal.source or f"goals/{goal.name}.yaml")
+    return path if path.is_absolute() else goal.root / path
+
+
+def _window(seconds: float) -> datetime:
+    """The start of the debounce window this moment falls in (the same for daemons watching the same files)."""
+    step = max(float(seconds), 1.0)
+    stamp = datetime.now(timezone.utc).timestamp()
+    return datetime.fromtimestamp(stamp - stamp % step, timezone.utc)
+
+
+async def run_daemon(root: Any) -> None:
+    """`runner daemon` on a PostgreSQL store: schedule and work until SIGTERM or SIGINT."""
+    await Cluster(root).run()
+
+
+async def run_worker(root: Any, concurrency: int | None = None) -> None:
+    """`runner worker`: only work the jobs, until SIGTERM or SIGINT."""
+    await Cluster(root, schedules=False, concurrency=concurrency).run()
+
+
+# the schema: runner's and Procrastinate's
+async def migrate(store: PostgresStore) -> list[str]:
+    """Apply what the database lacks of runner's schema and of Procrastinate's; what was applied."""
+    done = [f"runner schema version {v}" for v in store.migrate()]
+    app = make_app(store.url)
+    async with app.open_async():
+        if not await app.check_connection_async():
+            await app.schema_manager.apply_schema_async()
+            done.append(f"Procrastinate schema {procrastinate_module().__version__}")
+    return done
+
+
+async def status(store: PostgresStore) -> dict[str, Any]:
+    """Workers alive, and jobs queued and running per goal."""
+    if store.exec("SELECT to_regclass('procrastinate_jobs') AS t").fetchone()["t"] is None:
+        raise DaemonError(f"the database {redact(store.url)} has no Procrastinate schema: run `runner db migrate`")
+    workers = store.exec(
+        "SELECT id, last_heartbeat, now() - last_heartbeat < make_interval(secs => %s) AS alive"
+        " FROM procrastinate_workers ORDER BY id",
+        (STALLED_AFTER,),
+    ).fetchall()
+    jobs = store.exec(
+        "SELECT args->>'goal' AS goal, status::text AS status, count(*) AS n FROM procrastinate_jobs"
+        " WHERE task_name = %s AND status IN ('todo', 'doing') GROUP BY 1, 2 ORDER BY 1, 2",
+        (TASK,),
+    ).fetchall()
+    goals: dict[str, dict[str, int]] = {}
+    for row in jobs:
+        counts = goals.setdefault(row["goal"], {"queued": 0, "running": 0})
+        counts["queued" if row["status"] == "todo" else "running"] = row["n"]
+    return {
+        "database": store.where,
+        "schema_version": store.schema_version(),
+        "workers": [{**w, "last_heartbeat": w["last_heartbeat"].isoformat()} for w in workers],
+        "goals": goals,
+        "checked": now(),
+    }

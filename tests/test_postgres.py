@@ -1,0 +1,259 @@
+"""More than one machine: the PostgreSQL store and Procrastinate daemons and workers, against a real server.
+
+Several `runner daemon` and `runner worker` processes share one project and one database; each guarantee
+is read back from the store. The server: RUNNER_TEST_DATABASE_URL, else 127.0.0.1:5432 (skipped without
+one, failed under CI=true).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import signal
+import time
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from cluster_helpers import ClusterProcess, fresh_database, server_url, use_store
+from daemon_helpers import monitor, schedule
+from support import call
+
+from runner.schedule.cluster import INTERRUPTED_WITHIN
+
+
+@pytest.fixture
+def url(proj):
+    with fresh_database(server_url()) as database:
+        use_store(proj, database, poll_interval=0.1)
+        yield database
+
+
+@pytest.fixture
+def db(proj, url):
+    """A migrated database."""
+    result = proj.subprocess("db", "migrate")
+    assert result.returncode == 0, result.stderr
+    return url
+
+
+@pytest.fixture
+def cluster(proj):
+    started: list[ClusterProcess] = []
+
+    def start(command: str = "daemon", *args: str, root=None) -> ClusterProcess:
+        process = ClusterProcess(root or proj.root, _url(proj), command, *args)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.kill()
+
+
+def _url(proj) -> str:
+    import yaml
+
+    return yaml.safe_load((proj.root / "runner.yaml").read_text())["store"]
+
+
+def spans(runs: list[dict]) -> list[tuple[datetime, datetime]]:
+    return sorted((datetime.fromisoformat(r["started"]), datetime.fromisoformat(r["ended"])) for r in runs)
+
+
+def test_schema_is_migrated_once_and_the_daemon_refuses_a_database_behind(proj, url):
+    monitor(proj, "ping")
+    refused = proj.subprocess("daemon", timeout=60)
+    assert refused.returncode == 3
+    assert "run `runner db migrate`" in refused.stderr and "Traceback" not in refused.stderr
+    first = proj.subprocess("db", "migrate")
+    assert "applied runner schema version 1" in first.stdout and "applied Procrastinate schema" in first.stdout
+    again = proj.subprocess("db", "migrate")
+    assert again.returncode == 0 and "is up to date" in again.stdout
+    status = proj.subprocess("db", "status")
+    assert status.returncode == 0 and "workers alive: 0" in status.stdout and "schema version 1" in status.stdout
+
+
+def test_a_unreachable_server_is_one_line_without_the_password(proj):
+    use_store(proj, "postgresql://someone:hunter2@127.0.0.1:9/nowhere")
+    result = proj.subprocess("runs")
+    assert result.returncode == 3
+    assert "cannot reach the PostgreSQL store postgresql://someone:***@127.0.0.1:9/nowhere" in result.stderr
+    assert "hunter2" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_history_and_transcripts_live_in_the_database(proj, server, db):
+    server.add({"tool_calls": [call("write_file", path="a.txt", content="hi")]}, {"content": "done"})
+    proj.goal("write", prompt="write a.txt", verify={"checks": [{"run": "test -f a.txt"}]})
+    result = proj.cli_json("goal", "write")
+    assert result["outcome"] == "achieved", result
+    shutil.rmtree(proj.root / ".runner", ignore_errors=True)  # nothing of it is on this machine's disk
+    shown = proj.cli_json("show", result["run_id"])
+    assert [e["kind"] for e in shown["transcript"]][:1] == ["run"]
+    assert any(e["kind"] == "check" and e["passed"] for e in shown["transcript"])
+    assert shown["checks"][0]["passed"] == 1
+    listed = proj.subprocess("runs", "--json")
+    assert '"outcome": "achieved"' in listed.stdout
+
+
+def test_three_daemons_fire_each_interval_once_and_a_goal_never_overlaps(proj, db, cluster):
+    monitor(proj, "tick")
+    monitor(proj, "slow", check="sleep 1.2")
+    schedule(proj, {"goal": "tick", "every": "1s"}, {"goal": "slow", "every": "0.5s"})
+    daemons = [cluster("daemon") for _ in range(3)]
+    store = daemons[0].store()
+    daemons[0].wait_for("6 tick runs", lambda: len([r for r in store.runs("tick") if r["ended"]]) >= 6)
+    daemons[0].wait_for("3 slow runs", lambda: len([r for r in store.runs("slow") if r["ended"]]) >= 3)
+    for daemon in daemons:
+        assert daemon.stop() == 0
+    starts = [e for e in store.events("start")]
+    fires = Counter((e["entry"], e["detail"]) for e in starts)
+    assert fires and max(fires.values()) == 1  # each (entry, fire time) started once, by one of three daemons
+    assert len([e for e in store.events("trigger") if e["goal"] == "tick"]) == len(store.runs("tick"))
+    slow = spans([r for r in store.runs("slow") if r["ended"]])
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(slow))  # one at a time
+    skips = [e["detail"] for e in store.events("skip") if e["goal"] == "slow"]
+    assert "a run is already queued (one follow-up at most)" in skips  # collapsed triggers are recorded
+    assert {r["outcome"] for r in store.runs()} == {"satisfied"}
+
+
+@pytest.mark.slow
+def test_cron_and_every_for_a_minute_with_three_daemons_without_a_duplicate(proj, db, cluster):
+    monitor(proj, "minutely")
+    monitor(proj, "second")
+    schedule(proj, {"goal": "minutely", "cron": "* * * * *"}, {"goal": "second", "every": "1s"})
+    daemons = [cluster("daemon") for _ in range(3)]
+    store = daemons[0].store()
+    daemons[0].wait_for("a cron run", lambda: store.runs("minutely"), timeout=75)
+    time.sleep(1.5)
+    for daemon in daemons:
+        assert daemon.stop() == 0
+    starts = Counter((e["entry"], e["detail"]) for e in store.events("start"))
+    assert max(starts.values()) == 1
+    assert len(store.runs("minutely")) == 1
+    seconds = [e["detail"] for e in store.events("start") if e["goal"] == "second"]
+    assert len(seconds) == len(set(seconds)) >= 10
+
+
+def test_catch_up_after_every_daemon_was_down_runs_once(proj, db, cluster):
+    monitor(proj, "nightly")
+    schedule(proj, {"goal": "nightly", "every": "1h", "misfire_grace": "10m"})
+    from runner.store.postgres import PostgresStore
+
+    store = PostgresStore(db)
+    store.update_entry("main/nightly/every", last_fire=datetime.now(timezone.utc) - timedelta(hours=1, minutes=2))
+    daemons = [cluster("daemon") for _ in range(3)]
+    daemons[0].wait_for("the catch-up run", lambda: [r for r in store.runs() if r["ended"]])
+    time.sleep(1)
+    for daemon in daemons:
+        assert daemon.stop() == 0
+    assert [r["trigger"] for r in store.runs()] == ["catch_up"]
+    assert len(store.events("catch_up")) == 1
+
+
+def test_pause_resume_and_the_circuit_breaker_hold_cluster_wide(proj, db, cluster):
+    monitor(proj, "flaky", check="false")
+    schedule(proj, {"goal": "flaky", "every": "0.5s", "pause_after": 2})
+    daemons = [cluster("daemon"), cluster("daemon")]
+    store = daemons[0].store()
+    daemons[0].wait_for("the breaker", lambda: store.events("paused"))
+    time.sleep(1.5)
+    assert len(store.runs()) == 2  # paused after 2 runs not achieved, whichever daemon ran them
+    assert any("paused" in e["detail"] for e in store.events("skip"))
+    resumed = proj.subprocess("resume", "flaky")
+    assert resumed.returncode == 0
+    daemons[0].wait_for("runs after resume", lambda: len(store.runs()) >= 3)
+    proj.subprocess("pause", "flaky")
+    time.sleep(1.5)
+    count = len(store.runs())
+    time.sleep(1.5)
+    assert len(store.runs()) == count
+    for daemon in daemons:
+        assert daemon.stop() == 0
+
+
+def test_runner_trigger_reaches_one_daemon_of_many(proj, db, cluster):
+    monitor(proj, "manual")
+    daemons = [cluster("daemon"), cluster("daemon")]
+    assert proj.subprocess("trigger", "manual").returncode == 0
+    store = daemons[0].store()
+    daemons[0].wait_for("the run", lambda: [r for r in store.runs() if r["ended"]])
+    time.sleep(1)
+    assert [r["trigger"] for r in store.runs()] == ["manual"]
+    for daemon in daemons:
+        assert daemon.stop() == 0
+
+
+def test_approval_answered_from_the_command_line(proj, db, cluster):
+    proj.goal("gate", prompt="p", verify={"checks_first": True, "checks": [{"run": "true"}, {"approve": "ship it?"}]})
+    daemon = cluster("daemon")
+    assert proj.subprocess("trigger", "gate").returncode == 0
+    store = daemon.store()
+    run = daemon.wait_for(
+        "a run awaiting approval", lambda: [r for r in store.runs() if r["outcome"] == "awaiting_approval"]
+    )
+    answered = proj.subprocess("approve", run[0]["id"])
+    assert answered.returncode == 0, answered.stderr
+    daemon.wait_for("satisfied", lambda: store.run(run[0]["id"])["outcome"] == "satisfied")
+    assert daemon.stop() == 0
+
+
+def test_sigterm_drains_then_cancels(proj, db, cluster):
+    monitor(proj, "long", check="sleep 77.25")
+    use_store(proj, db, poll_interval=0.1, shutdown_grace=1)
+    daemon = cluster("daemon")
+    proj.subprocess("trigger", "long")
+    daemon.wait_log("start     long")
+    time.sleep(0.3)
+    assert daemon.stop() == 0
+    assert [r["outcome"] for r in daemon.store().runs()] == ["cancelled"]
+    assert "sleep 77.25" not in os.popen("ps -eo args").read()
+
+
+def test_a_worker_with_a_different_goal_file_ends_the_run_error(proj, db, cluster, tmp_path_factory):
+    monitor(proj, "hog", check="sleep 3")
+    monitor(proj, "edited")
+    use_store(proj, db, poll_interval=0.1, max_concurrent_runs=1)
+    other = tmp_path_factory.mktemp("other-machine")
+    shutil.copytree(proj.root, other, dirs_exist_ok=True)
+    (other / "goals" / "edited.yaml").write_text((other / "goals" / "edited.yaml").read_text() + "\n# changed here\n")
+    daemon = cluster("daemon")
+    proj.subprocess("trigger", "hog")
+    daemon.wait_log("start     hog")  # the daemon's only slot is taken: the worker gets the next run
+    worker = cluster("worker", root=other)
+    proj.subprocess("trigger", "edited")
+    store = daemon.store()
+    run = daemon.wait_for("the refused run", lambda: [r for r in store.runs("edited") if r["ended"]])[0]
+    assert run["outcome"] == "error"
+    assert "goals/edited.yaml" in run["error"] and "differs from the copy the scheduler read" in run["error"]
+    assert worker.stop() == 0 and daemon.stop() == 0
+
+
+@pytest.mark.slow
+def test_kill_9_of_a_worker_interrupts_its_run_retries_once_and_reaps_its_processes(proj, db, cluster):
+    monitor(proj, "fragile", check="test -f once || { touch once; sleep 31.5; }")
+    at = (datetime.now(timezone.utc) + timedelta(seconds=3)).isoformat()
+    schedule(proj, {"goal": "fragile", "at": at, "retry_interrupted": True})
+    worker = cluster("worker")
+    daemon = cluster("daemon")
+    store = daemon.store()
+    first = daemon.wait_for("the run", lambda: store.runs("fragile"))[0]
+    victim = next(p for p in (worker, daemon) if p.proc.pid == first["pid"])
+    survivor = daemon if victim is worker else worker
+    time.sleep(0.5)
+    victim.stop(signal.SIGKILL)
+    killed = time.monotonic()
+    assert "sleep 31.5" in os.popen("ps -eo args").read()  # kill -9 leaves the check running
+    survivor.wait_for(
+        "interrupted", lambda: store.run(first["id"])["outcome"] == "interrupted", timeout=INTERRUPTED_WITHIN + 10
+    )
+    print(f"interrupted {time.monotonic() - killed:.1f}s after kill -9 (bound {INTERRUPTED_WITHIN:g}s)")
+    retried = survivor.wait_for(
+        "the retry", lambda: [r for r in store.runs("fragile") if r["trigger"] == "retry" and r["ended"]]
+    )
+    assert retried[0]["outcome"] == "satisfied"
+    assert len(store.runs("fragile")) == 2  # retried once, not more
+    again = cluster("worker")  # a worker starting on this machine kills what the dead run left
+    again.wait_for("the orphan killed", lambda: "sleep 31.5" not in os.popen("ps -eo args").read(), timeout=10)
+    assert again.stop() == 0 and survivor.stop() == 0
