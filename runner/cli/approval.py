@@ -17,7 +17,12 @@ if TYPE_CHECKING:
 @click.pass_context
 @reports_errors
 def approve(ctx: click.Context, run_id: str) -> None:
-    """Approve the `approve` check a run is waiting on."""
+    """Approve the `approve` check run RUN_ID is waiting on.
+
+    \b
+    Example:
+      runner approve 20261129-233331-0cd5e6
+    """
     answer_run(project_of(ctx), run_id, "approve", None)
 
 
@@ -27,7 +32,12 @@ def approve(ctx: click.Context, run_id: str) -> None:
 @click.pass_context
 @reports_errors
 def reject(ctx: click.Context, run_id: str, reason: str | None) -> None:
-    """Reject the `approve` check a run is waiting on."""
+    """Reject the `approve` check run RUN_ID is waiting on.
+
+    \b
+    Example:
+      runner reject 20261129-233331-0cd5e6 --reason "too sad"
+    """
     answer_run(project_of(ctx), run_id, "reject", reason)
 
 

@@ -1,11 +1,19 @@
-"""The terminal observer: each step, check and feedback as it happens, and the closing outcome line."""
+"""The terminal observer: each step, check and feedback as it happens, and the closing outcome line.
+
+At a terminal, the step under way shows as a spinner with its elapsed time (the model thinking, or the
+tool running) and resolves into the step line; piped, each line is printed once, whole, never wrapped.
+"""
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.live import Live
 from rich.markup import escape
+from rich.spinner import Spinner
 
 from ..vocabulary import FORCED, Outcome
 
@@ -23,16 +31,62 @@ OUTCOME_WORDS: dict[Outcome, str] = {
 }
 
 
+FEEDBACK_LINES = 6
+"""Lines of the feedback shown at each end (pytest's summary is at the end)."""
+
+
+class Working:
+    """The spinner line of the step under way: `⠋ step 3  shell: pytest -q  2.1s`."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.started = time.monotonic()
+        self.spinner = Spinner("dots", style="cyan")
+
+    def restart(self, label: str) -> None:
+        self.label = label
+        self.started = time.monotonic()
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        self.spinner.update(text=f"{escape(self.label)}  [dim]{time.monotonic() - self.started:.1f}s[/]")
+        yield self.spinner
+
+
 class Display:
-    """Shows a run's events on stderr; rich drops the colours where stderr is not a terminal."""
+    """Shows a run's events on stderr; rich drops the colours (and the spinner) where stderr is not a terminal."""
 
     def __init__(self, console: Console | None = None) -> None:
-        self.console = console or Console(stderr=True, highlight=False)
+        self.console = console or Console(stderr=True, highlight=False, soft_wrap=True)
+        self.working: Working | None = None
+        self.live: Live | None = None
 
     def __call__(self, kind: str, data: dict[str, Any]) -> None:
         show = getattr(self, f"_{kind}", None)
         if show is not None:
             show(data)
+
+    def _step(self, data: dict[str, Any]) -> None:
+        self._busy(f"step {data['step']}  thinking")
+
+    def _tool_call(self, data: dict[str, Any]) -> None:
+        self._busy(f"step {data['step']}  {data['summary']}")
+
+    def _busy(self, label: str) -> None:
+        """Show `label` with a spinner and its elapsed time, at a terminal only."""
+        if not self.console.is_terminal:
+            return
+        if self.working is None:
+            self.working = Working(label)
+            self.live = Live(self.working, console=self.console, refresh_per_second=8, transient=True)
+            self.live.start()
+        else:
+            self.working.restart(label)
+
+    def idle(self) -> None:
+        """Take the spinner away (the work loop stopped, or the run ended)."""
+        if self.live is not None:
+            self.live.stop()
+        self.live = self.working = None
 
     def _attempt(self, data: dict[str, Any]) -> None:
         if data["of"] > 1:
@@ -55,6 +109,7 @@ class Display:
         )
 
     def _stopped(self, data: dict[str, Any]) -> None:
+        self.idle()
         reason = data["reason"]
         if reason in FORCED:
             self.console.print(f"  [yellow]stopped by the {reason} limit: the work is unfinished[/]")
@@ -74,17 +129,34 @@ class Display:
             detail = f"  {escape(detail[:100])}"
         self.console.print(f"  {mark}  {escape(data['name'])}{detail}  [dim]{data['duration_s']:.1f}s[/]")
 
+    def check_with_output(self, data: dict[str, Any]) -> None:
+        """A check's line and, when it failed, the head and tail of its output (`runner check`)."""
+        self._check(data)
+        output = str(data.get("output") or "").strip()
+        if not data["passed"] and not data.get("skipped") and output:
+            shown = "\n".join(f"      {line}" for line in head_and_tail(output, FEEDBACK_LINES).splitlines())
+            self.console.print(f"[dim]{escape(shown)}[/]")
+
     def _feedback(self, data: dict[str, Any]) -> None:
-        lines = data["text"].splitlines()
-        shown = "\n".join(f"    {line}" for line in lines[:12])
-        more = f"\n    [... {len(lines) - 12} more lines]" if len(lines) > 12 else ""
-        self.console.print(f"  [dim]feedback sent back to the model:\n{escape(shown)}{more}[/]")
+        shown = "\n".join(f"    {line}" for line in head_and_tail(data["text"], FEEDBACK_LINES).splitlines())
+        self.console.print(f"  [dim]feedback sent back to the model:\n{escape(shown)}[/]")
+
+    def _outcome(self, data: dict[str, Any]) -> None:
+        self.idle()
+
+
+def head_and_tail(text: str, lines: int) -> str:
+    """The first and last `lines` lines of `text`, with a marker of how many were left out between."""
+    rows = text.rstrip().splitlines()
+    if len(rows) <= 2 * lines + 1:
+        return text.rstrip()
+    return "\n".join([*rows[:lines], f"[... {len(rows) - 2 * lines} lines ...]", *rows[-lines:]])
 
 
 def table_console() -> Console:
-    """A console for tables on stdout: as wide as the terminal, or wide enough not to wrap in a pipe."""
+    """A console for tables on stdout: as wide as the terminal (or $COLUMNS), else wide enough not to wrap."""
     console = Console(highlight=False)
-    if not console.is_terminal:
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
         console.width = 200
     return console
 

@@ -11,12 +11,21 @@ import click
 from ..errors import ConfigError
 
 TEMPLATES = Path(__file__).parent.parent / "templates"
+IGNORED = (".runner/", ".env")
+"""What `init` puts in .gitignore: the state and the keys never belong in git."""
 
 
 @click.command()
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
 def init(directory: Path) -> None:
-    """Write the project layout with a working example goal and its verifier."""
+    """Write the project layout into DIRECTORY (default: here) with a working example goal and its verifier.
+
+    Files that exist are kept. The example goal runs offline on a scripted model.
+
+    \b
+    Example:
+      runner init demo && cd demo && runner goal haiku
+    """
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for source in sorted(TEMPLATES.rglob("*")):
@@ -31,13 +40,34 @@ def init(directory: Path) -> None:
         written.append(target)
     for path in written:
         click.echo(f"wrote {path}")
+    click.echo(ignore_state(directory / ".gitignore"))
     click.echo(f"Run the example offline: cd {directory} && runner goal haiku")
+
+
+def ignore_state(path: Path) -> str:
+    """Make .gitignore list the state folder and .env; what was done, for the user."""
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    present = {line.strip() for line in text.splitlines()}
+    missing = [entry for entry in IGNORED if entry not in present and entry.rstrip("/") not in present]
+    if not missing:
+        return f"kept {path} (it ignores {', '.join(IGNORED)})"
+    prefix = "" if not text or text.endswith("\n") else "\n"
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(prefix + "".join(f"{entry}\n" for entry in missing))
+    return f"{'added ' + ', '.join(missing) + ' to' if text else 'wrote'} {path}"
 
 
 @click.command()
 @click.pass_context
 def validate(ctx: click.Context) -> None:
-    """Validate runner.yaml, every goal and every schedule file."""
+    """Validate runner.yaml, every goal and every schedule file; exit 2 with one `file:line: ...` line per problem.
+
+    Nothing runs and no model is called.
+
+    \b
+    Example:
+      runner validate -C ~/projects/nightly
+    """
     from ..config import Catalog
 
     try:

@@ -34,8 +34,8 @@ def overrides(model: str | None, max_steps: int | None, max_attempts: int | None
 @click.option("-c", "--check", "checks", multiple=True, help="Inline goal: a check command (repeatable).")
 @click.option("-n", "attempts", type=click.IntRange(1), help="Inline goal: max attempts.")
 @click.option("--model", help="Model name (overrides the goal and runner.yaml).")
-@click.option("--max-steps", type=click.IntRange(1))
-@click.option("--max-attempts", type=click.IntRange(1))
+@click.option("--max-steps", type=click.IntRange(1), help="Rounds of the work loop per attempt (limits.max_steps).")
+@click.option("--max-attempts", type=click.IntRange(1), help="Work + check rounds (verify.max_attempts).")
 @click.option("--workdir", help="Working directory, relative to the project root.")
 @click.option("--checks-first", is_flag=True, default=None, help="Run the checks first; all pass -> satisfied.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -56,7 +56,15 @@ def goal(
     as_json: bool,
     quiet: bool,
 ) -> None:
-    """Run one goal once (NAME or FILE, or an inline -p PROMPT): work + verify."""
+    """Run one goal once (NAME or FILE, or an inline -p PROMPT): work + verify.
+
+    Exit 0 achieved/satisfied, 1 not achieved/stuck/tampered/rejected, 2 bad input, 3 provider or
+    infrastructure error, 130 interrupted.
+
+    \b
+    Example:
+      runner goal -p "make the tests pass" -c "python3 -m pytest -q" -n 3
+    """
     from ..config import build_goal, load_goal
 
     project = project_of(ctx)
@@ -103,11 +111,18 @@ def execute(project: Project, the_goal: Goal, checks_first: bool | None, as_json
 
 @click.command()
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: passed, and each check's result.")
 @click.pass_context
 @reports_errors
 def check(ctx: click.Context, name: str, as_json: bool) -> None:
-    """Run a goal's checks alone, with no work; exit 0 when all pass."""
+    """Run goal NAME's checks alone, with no work and no model; a failing check shows its output's head and tail.
+
+    Exit 0 when all pass, 1 when one fails.
+
+    \b
+    Example:
+      runner check haiku
+    """
     from ..config import load_goal
     from ..verify import TerminalApprover, run_checks_alone
     from .display import Display
@@ -115,7 +130,7 @@ def check(ctx: click.Context, name: str, as_json: bool) -> None:
     the_goal = load_goal(project_of(ctx), name)
     display = Display()
     approver = TerminalApprover() if sys.stdin.isatty() else None
-    on_result = None if as_json else lambda _, r: display("check", r.record())
+    on_result = None if as_json else lambda _, r: display.check_with_output(r.record())
     results = run_async(run_checks_alone(the_goal, the_goal.verify.checks, "check", 0, approver, on_result))
     passed = all(r.passed for r in results)
     if as_json:

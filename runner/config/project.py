@@ -7,6 +7,7 @@ every validation error into `file:line: field: what was expected`.
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -157,15 +158,65 @@ def build_goal(
     if no_model:
         merged["model"]["name"] = ""  # reported below, with the file's other problems
         problems.append(doc.problem(("model",), NO_MODEL))
+    if isinstance(merged.get("prompt"), str) and not merged["prompt"].strip():
+        problems.append(doc.problem(("prompt",), "the prompt is empty: say what the agent should do"))
     try:
         goal = doc.validate(Goal, merged)
     except ConfigError as exc:
         raise ConfigError("invalid goal", problems + exc.problems) from None
     if not _is_folder(goal.workpath):
         problems.append(doc.problem(("workdir",), f"{goal.workpath} is not a folder (relative to the project root)"))
+    problems += missing_scripts(goal, doc)
     if problems:
         raise ConfigError("invalid goal", problems)
     return goal
+
+
+INTERPRETERS = {"python", "python3", "sh", "bash", "node", "ruby", "perl", "zsh", "pytest", "deno", "bun", "php"}
+SCRIPT_SUFFIXES = (".py", ".sh", ".bash", ".zsh", ".js", ".mjs", ".ts", ".rb", ".pl", ".php")
+_SEPARATORS = ("&&", "||", ";", "|")
+
+
+def script_words(command: str) -> list[str]:
+    """The scripts a check command executes (`python verifiers/x.py`, `sh check.sh`, `./check`), as written."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return []
+    scripts: list[str] = []
+    command_start = True
+    for i, word in enumerate(words):
+        if word in _SEPARATORS:
+            command_start = True
+            continue
+        if command_start:
+            command_start = False
+            name = Path(word).name
+            if "/" in word and not any(name.startswith(interp) for interp in INTERPRETERS):
+                scripts.append(word)
+            elif name.rstrip("0123456789.") in INTERPRETERS:
+                rest = [w for w in words[i + 1 :] if not w.startswith("-")]
+                if rest and rest[0] not in _SEPARATORS:
+                    scripts.append(rest[0])
+    return [s.replace("$RUNNER_ROOT/", "").replace("${RUNNER_ROOT}/", "") for s in scripts]
+
+
+def missing_scripts(goal: Goal, doc: Document) -> list[str]:
+    """A `run:` check whose script (a path, or a file name with a script suffix) exists neither in the
+    workdir nor at the project root: a typo, caught before any model call."""
+    problems = []
+    for i, check in enumerate(goal.verify.checks):
+        for word in script_words(check.run or ""):
+            if "$" in word or not ("/" in word or word.endswith(SCRIPT_SUFFIXES)):
+                continue
+            if not any((base / word).exists() for base in (goal.workpath, goal.root)):
+                where = "the workdir" if goal.workpath == goal.root.resolve() else "the workdir or the project root"
+                message = (
+                    f"{word} does not exist in {where}: fix the path (if the agent is to create it, "
+                    "check it through another command)"
+                )
+                problems.append(doc.problem(("verify", "checks", i, "run"), message))
+    return problems
 
 
 def _is_folder(path: Path) -> bool:
@@ -176,6 +227,7 @@ def _is_folder(path: Path) -> bool:
 
 
 NO_MODEL = (
-    "no model is set; give `model:` in the goal or runner.yaml, --model on the command line, "
-    "or RUNNER_MODEL in the environment"
+    "no model is set; give `model:` in the goal or runner.yaml (e.g. `model: {name: gpt-4.1-mini, "
+    "api_key_env: OPENAI_API_KEY}`; runner.yaml from `runner init` has commented examples), "
+    "--model on the command line, or RUNNER_MODEL in the environment"
 )

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..config import Entry
+from ..config.models import format_duration
 
 
 def time_trigger(entry: Entry) -> Any:
@@ -41,7 +42,7 @@ def describe(entry: Entry) -> str:
     if entry.cron is not None:
         return f"cron {entry.cron}" + (f" ({entry.timezone})" if entry.timezone else "")
     if entry.every is not None:
-        return f"every {entry.every:g}s"
+        return f"every {format_duration(entry.every)}"
     if entry.at is not None:
         return f"at {entry.at.isoformat()}"
     if entry.watch is not None:

@@ -8,8 +8,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ...config import ALWAYS_PROTECTED, Goal
+from ...config.project import script_words
 
-INTERPRETERS = {"python", "python3", "sh", "bash", "node", "ruby", "perl", "zsh", "pytest", "deno", "bun", "php"}
 HIDDEN = {".env", ".runner"}
 """Neither read nor written by the file tools."""
 
@@ -72,11 +72,7 @@ def check_scripts(goal: Goal) -> list[str]:
     for check in goal.verify.checks:
         if check.run is None:
             continue
-        try:
-            words = shlex.split(check.run)
-        except ValueError:
-            continue
-        for path in _script_words(words):
+        for path in script_words(check.run):
             for base in (goal.workpath, goal.root):
                 full = (base / path).resolve()
                 if full.is_file() and full.is_relative_to(goal.root.resolve()):
@@ -85,20 +81,30 @@ def check_scripts(goal: Goal) -> list[str]:
     return sorted(set(found))
 
 
-def _script_words(words: list[str]) -> list[str]:
-    scripts: list[str] = []
-    command_start = True
-    for i, word in enumerate(words):
-        if word in ("&&", "||", ";", "|"):
-            command_start = True
+def check_inputs(goal: Goal) -> list[str]:
+    """Existing files and folders the `run` checks name as arguments (`pytest tests/test_calc.py`, `ruff check
+    src/`), relative to the root: what a check reads is part of the check. Empty when
+    `verify.protect_check_inputs` is false. The workdir, the root and folders above them are never inputs.
+    """
+    if not goal.verify.protect_check_inputs:
+        return []
+    root = goal.root.resolve()
+    too_wide = {root, goal.workpath, *goal.workpath.parents}
+    found: set[str] = set()
+    for check in goal.verify.checks:
+        if check.run is None:
             continue
-        if command_start:
-            command_start = False
-            name = Path(word).name
-            if "/" in word and not any(name.startswith(interp) for interp in INTERPRETERS):
-                scripts.append(word)
-            elif name.rstrip("0123456789.") in INTERPRETERS:
-                rest = [w for w in words[i + 1 :] if not w.startswith("-")]
-                if rest and rest[0] not in ("&&", "||", ";", "|"):
-                    scripts.append(rest[0])
-    return [s.replace("$RUNNER_ROOT/", "").replace("${RUNNER_ROOT}/", "") for s in scripts]
+        try:
+            words = shlex.split(check.run)
+        except ValueError:
+            continue
+        for word in words:
+            word = word.split("::")[0].replace("$RUNNER_ROOT/", "").replace("${RUNNER_ROOT}/", "")
+            if not word or word.startswith("-") or word in ("&&", "||", ";", "|"):
+                continue
+            for base in (goal.workpath, root):
+                full = (base / word).resolve()
+                if full.exists() and full.is_relative_to(root) and full not in too_wide:
+                    found.add(full.relative_to(root).as_posix())
+                    break
+    return sorted(found)
