@@ -16,7 +16,7 @@ import contextlib
 import json
 import os
 import signal
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,13 +66,15 @@ async def open_servers(
     tool_names: list[str] | None,
     workdir: Path,
     extra_env: Mapping[str, str] | None = None,
+    jail: Sequence[str] = (),
 ) -> AsyncIterator[list[McpTool]]:
     """Start the servers a goal uses, all at once; yield their tools; close them all when done.
 
-    `tool_names` is the goal's `tools:` (None: every server, every allowed tool).
+    `tool_names` is the goal's `tools:` (None: every server, every allowed tool); `jail` is the argv
+    prefix of the goal's sandbox, under which stdio servers run.
     """
     chosen = selection(servers, tool_names)
-    connections = [McpConnection(name, servers[name], workdir, extra_env) for name in chosen]
+    connections = [McpConnection(name, servers[name], workdir, extra_env, jail) for name in chosen]
     try:
         await _start_all(connections)
         yield [tool for c in connections for tool in c.offered(chosen[c.name])]
@@ -105,8 +107,15 @@ class McpConnection:
     """One started server for one run: its session lives in a task of its own (the SDK's task groups
     must be entered and left by one task), which ends when the run closes it."""
 
-    def __init__(self, name: str, config: McpServer, workdir: Path, extra_env: Mapping[str, str] | None = None):
-        self.name, self.config, self.workdir, self.extra_env = name, config, workdir, extra_env
+    def __init__(
+        self,
+        name: str,
+        config: McpServer,
+        workdir: Path,
+        extra_env: Mapping[str, str] | None = None,
+        jail: Sequence[str] = (),
+    ) -> None:
+        self.name, self.config, self.workdir, self.extra_env, self.jail = name, config, workdir, extra_env, jail
         self.tools: list[Any] = []
         self.client: Any = None
         self.process: Any = None
@@ -228,18 +237,25 @@ class McpConnection:
 
     @asynccontextmanager
     async def _stdio(self) -> AsyncIterator[Any]:
-        """The SDK's stdio transport, with runner's process rules: a scrubbed environment plus the server's
-        `env` names, its own process group (killed at the end with everything it started), every process
-        recorded for the run, and its stderr kept to explain a failure."""
+        """The stdio transport of the SDK's sessions, under runner's process rules: the scrubbed environment
+        plus the server's `env` names, the goal's jail, its own process group (killed at the end with all it
+        started), every process recorded for the run, and its stderr kept to explain a failure."""
         import anyio
 
         config = self.config
         cwd = (self.workdir / config.cwd).resolve() if config.cwd else self.workdir
         if not cwd.is_dir():
-            raise FileNotFoundError(f"cwd {cwd} is not a folder")
-        env = scrub_env(config.env, self.extra_env)
-        self.process = await anyio.open_process(
-            [config.command or "", *config.args], cwd=cwd, env=env, start_new_session=True
+            raise McpError(f"could not start: its cwd {cwd} is not a folder")
+        self.process = await asyncio.create_subprocess_exec(
+            *self.jail,
+            config.command or "",
+            *config.args,
+            cwd=cwd,
+            env=scrub_env(config.env, self.extra_env),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
         )
         tell = spawned.get()
         if tell is not None:
@@ -263,21 +279,23 @@ class McpConnection:
 
     async def _keep_stderr(self) -> None:
         with contextlib.suppress(Exception):
-            async for chunk in self.process.stderr:
+            while chunk := await self.process.stderr.read(4096):
                 self.stderr += chunk
                 del self.stderr[:-STDERR_TAIL]
 
     async def _stop_process(self) -> None:
+        """Close its stdin (the MCP way to ask a stdio server to leave), give it a moment, kill the group."""
         import anyio
 
         with contextlib.suppress(Exception):
-            await self.process.stdin.aclose()
+            self.process.stdin.close()
         with anyio.move_on_after(EXIT_GRACE):
             while self.process.returncode is None:
                 await anyio.sleep(0.01)
         self._kill_group()
         with anyio.move_on_after(2):
-            await self.process.wait()
+            while self.process.returncode is None:
+                await anyio.sleep(0.01)
 
     def _kill_group(self) -> None:
         """Kill the server's process group: whatever it started goes with it, even after it exited itself."""
@@ -298,6 +316,8 @@ class McpConnection:
         from mcp_types import CONNECTION_CLOSED
 
         leaf = _leaf(exc)
+        if isinstance(leaf, McpError):
+            return str(leaf)
         if self.exited or getattr(getattr(leaf, "error", None), "code", None) == CONNECTION_CLOSED:
             return self._gone()
         if isinstance(leaf, FileNotFoundError) and self.process is None and self.config.command:
@@ -376,7 +396,7 @@ async def _http(config: McpServer) -> AsyncIterator[Any]:
         yield streams
 
 
-async def _read_messages(stdout: Any, reading: Any) -> None:
+async def _read_messages(stdout: asyncio.StreamReader, reading: Any) -> None:
     """Server stdout -> session: one JSON-RPC message a line; a line that is not one reaches the session
     as an exception, as the SDK's own transport does."""
     import mcp_types
@@ -385,7 +405,7 @@ async def _read_messages(stdout: Any, reading: Any) -> None:
     buffer = b""
     async with reading:
         with contextlib.suppress(Exception):
-            async for chunk in stdout:
+            while chunk := await stdout.read(65536):
                 *lines, buffer = (buffer + chunk).split(b"\n")
                 for line in lines:
                     if not line.strip():
@@ -397,13 +417,13 @@ async def _read_messages(stdout: Any, reading: Any) -> None:
                     await reading.send(message)
 
 
-async def _write_messages(stdin: Any, writing: Any) -> None:
+async def _write_messages(stdin: asyncio.StreamWriter, writing: Any) -> None:
     """Session -> server stdin, one message a line."""
     async with writing:
         with contextlib.suppress(Exception):
             async for message in writing:
-                data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                await stdin.send(data.encode() + b"\n")
+                stdin.write(message.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n")
+                await stdin.drain()
 
 
 def _leaf(exc: BaseException) -> BaseException:
