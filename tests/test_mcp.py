@@ -320,3 +320,49 @@ def test_runner_mcp_served_to_the_sdk_client(proj, server):
     ]
     assert [r["run_id"] for r in runs.structured_content["runs"]] == [ran.structured_content["run_id"]]
     assert (proj.root / "hello.txt").read_text() == "hello\n"
+
+
+def test_runner_mcp_runs_in_the_background_and_waits_for_approval(proj, server):
+    from mcp import Client, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    server.add({"content": "nothing to do"}, {"content": "ready to ship"}, {"content": "ready again"})
+    proj.goal("ship", prompt="prepare the release", verify={"checks": [{"approve": "Ship it?"}]})
+    params = StdioServerParameters(command=sys.executable, args=["-m", "runner", "mcp", "-C", str(proj.root)])
+    params.env = child_env()
+
+    async def settled(client: Any, run_id: str, outcomes: tuple[str, ...]) -> dict[str, Any]:
+        for _ in range(600):
+            run = (await client.call_tool("get_run", {"run_id": run_id})).structured_content
+            if run["outcome"] in outcomes:
+                return run
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"run {run_id} stayed {run['outcome']}")
+
+    async def drive() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        with open(proj.root / "mcp-stderr.log", "w") as errlog:
+            async with Client(stdio_client(params, errlog)) as client:
+                started = await client.call_tool("run_goal", {"prompt": "nothing", "wait": False})
+                seen["started"] = started.structured_content
+                seen["background"] = await settled(client, started.structured_content["run_id"], ("achieved",))
+                waiting = (await client.call_tool("run_goal", {"name": "ship"})).structured_content
+                seen["waiting"] = waiting
+                seen["approved"] = (await client.call_tool("approve", {"run_id": waiting["run_id"]})).structured_content
+                seen["after_approval"] = await settled(client, waiting["run_id"], ("achieved",))
+                again = (await client.call_tool("run_goal", {"name": "ship"})).structured_content
+                reason = {"run_id": again["run_id"], "reason": "not today"}
+                seen["rejected"] = (await client.call_tool("reject", reason)).structured_content
+                seen["after_rejection"] = await settled(client, again["run_id"], ("rejected",))
+                seen["neither"] = await client.call_tool("run_goal", {})
+                seen["unknown"] = await client.call_tool("get_run", {"run_id": "no-such-run"})
+        return seen
+
+    seen = asyncio.run(drive())
+    assert seen["started"]["outcome"] == "running" and seen["background"]["outcome"] == "achieved"
+    assert (seen["waiting"]["outcome"], seen["waiting"]["pending"]) == ("awaiting_approval", "Ship it?")
+    assert seen["approved"]["run_id"] == seen["waiting"]["run_id"]
+    assert seen["after_approval"]["checks"][0]["passed"] is True
+    assert seen["after_rejection"]["error"] == "not today"
+    assert seen["neither"].is_error and "give a goal `name` or an inline `prompt`" in seen["neither"].content[0].text
+    assert seen["unknown"].is_error and "no run with id 'no-such-run'" in seen["unknown"].content[0].text

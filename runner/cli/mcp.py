@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from .common import project_of, reports_errors, run_async
 
 
 @click.group(invoke_without_command=True)
-@click.option(
-    "-C",
-    "--project",
-    "project_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Project folder (default: found upwards from here).",
-)
 @click.pass_context
-def mcp(ctx: click.Context, project_dir: Path | None) -> None:
+def mcp(ctx: click.Context) -> None:
     """Serve runner as an MCP server over stdio (list_goals, run_goal, get_run, list_runs, approve, reject,
     trigger). Register it with a client: claude mcp add runner -- runner mcp -C DIR"""
-    if project_dir is not None:
-        ctx.obj = project_dir
     if ctx.invoked_subcommand is None:
         from ..mcp_server import serve
 
