@@ -284,6 +284,14 @@ def test_feedback_at_the_terminal_keeps_its_head_and_tail(proj, server):
     assert "=== 60 failed ===" in feedback and "lines ...]" in feedback
 
 
+def test_a_provider_error_is_said_once(proj, server):
+    proj.goal("g", prompt="hi")
+    server.add({"status": 400, "error": "model overloaded today"})
+    result = proj.subprocess("goal", "g")
+    assert result.returncode == 3
+    assert (result.stdout + result.stderr).count("model overloaded today") == 1
+
+
 def entry_project(proj) -> None:
     proj.goal("g", prompt="hi", verify={"checks": [{"run": "true"}]})
     proj.write("schedules/team.yaml", [{"goal": "g", "every": "1h"}, {"goal": "g", "cron": "0 9 * * 1-5"}])

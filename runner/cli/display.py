@@ -109,14 +109,13 @@ class Display:
         )
 
     def _stopped(self, data: dict[str, Any]) -> None:
+        """A forced or cut-off stop; a provider error is said once, by the closing lines under the outcome."""
         self.idle()
         reason = data["reason"]
         if reason in FORCED:
             self.console.print(f"  [yellow]stopped by the {reason} limit: the work is unfinished[/]")
         elif reason == "length":
             self.console.print("  [yellow]the model's output was cut off (length)[/]")
-        elif reason == "error":
-            self.console.print(f"  [red]model error: {escape(str(data.get('error')))}[/]")
 
     def _check(self, data: dict[str, Any]) -> None:
         if data.get("skipped"):
