@@ -366,3 +366,18 @@ def test_runner_mcp_runs_in_the_background_and_waits_for_approval(proj, server):
     assert seen["after_rejection"]["error"] == "not today"
     assert seen["neither"].is_error and "give a goal `name` or an inline `prompt`" in seen["neither"].content[0].text
     assert seen["unknown"].is_error and "no run with id 'no-such-run'" in seen["unknown"].content[0].text
+
+
+@pytest.mark.parametrize(
+    ("servers", "expected"),
+    [
+        ({"my__srv": demo()}, "mcp: server name 'my__srv': expected letters, digits and -"),
+        ({"web": {"url": "ftp://example.com/mcp"}}, "mcp.web: url: expected an http:// or https:// address"),
+    ],
+)
+def test_validate_reports_a_bad_server_in_runner_yaml(proj, servers, expected):
+    with_servers(proj, **servers)
+    result = proj.cli("validate")
+    where = (proj.root / "runner.yaml").read_text().splitlines().index("mcp:") + 1 + ("web" in servers)
+    assert result.exit_code == 2
+    assert result.output.startswith(f"runner.yaml:{where}: {expected}")
