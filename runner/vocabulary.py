@@ -36,17 +36,21 @@ class Event:
     """Every kind of event a run emits to its observers and its transcript, with the data it carries.
 
     The work loop emits STEP, REPLY, MESSAGE, TOOL_CALL, TOOL_RESULT, NUDGE and STOPPED; the verify loop
-    emits RUN, ATTEMPT, CHECK, FEEDBACK, BEFORE_RETRY and OUTCOME.
+    emits RUN, TRIGGER, PRICE_UNKNOWN, ATTEMPT, CHECK, FEEDBACK, BEFORE_RETRY and OUTCOME.
     """
 
     RUN = "run"
-    """A run began: run_id, goal, trigger."""
+    """A run began: run_id, goal, trigger, continues (the run it picks back up, or None)."""
+    TRIGGER = "trigger"
+    """What triggered the run (DESIGN 10): the context written to trigger.json: kind, entry, fired, ..."""
+    PRICE_UNKNOWN = "price_unknown"
+    """The model's price is unknown; the run's cost is counted in tokens only: model, reason."""
     ATTEMPT = "attempt"
     """An attempt began: attempt, of (max_attempts)."""
     STEP = "step"
     """A round of the work loop began: step."""
     REPLY = "reply"
-    """The model answered: step, finish_reason, usage."""
+    """The model answered: step, finish_reason, usage, cost (US dollars; None when the price is unknown)."""
     MESSAGE = "message"
     """A message was appended to the conversation: message."""
     TOOL_CALL = "tool_call"
@@ -64,7 +68,7 @@ class Event:
     BEFORE_RETRY = "before_retry"
     """verify.before_retry ran: command, exit_code, output."""
     OUTCOME = "outcome"
-    """The run ended: outcome, error, attempts, steps, tokens, duration_s."""
+    """The run ended: outcome, error, attempts, steps, tokens, cost_usd, duration_s."""
 
 
 EVENTS: tuple[str, ...] = tuple(v for k, v in vars(Event).items() if k.isupper())

@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from ..config import Catalog, Entry, Project
     from ..store import Store
 
+MAX_PAYLOAD = 1_048_576
+"""Bytes of a `runner trigger --payload` (the webhook listener's default body limit)."""
+
 
 @click.command()
 @click.option("-v", "--verbose", is_flag=True, help="Also log APScheduler's and the HTTP client's messages.")
@@ -176,14 +179,20 @@ def _print_entries(rows: list[dict[str, Any]]) -> None:
 
 @click.command()
 @click.argument("name")
+@click.option(
+    "--payload",
+    type=click.File("r", encoding="utf-8", errors="replace"),
+    help="A file (or - for stdin) handed to the run as its trigger context (JSON, or text).",
+)
 @click.pass_context
 @reports_errors
-def trigger(ctx: click.Context, name: str) -> None:
+def trigger(ctx: click.Context, name: str, payload: Any) -> None:
     """Ask the running daemon to run goal NAME now (queued like any trigger).
 
     \b
     Example:
       runner trigger haiku
+      gh api repos/o/r/issues/7 | runner trigger triage --payload -
     """
     from ..config import Catalog
     from ..schedule.daemon import daemon_pid
@@ -193,7 +202,10 @@ def trigger(ctx: click.Context, name: str) -> None:
     if name not in config.goals:
         raise ConfigError(f"no goal named {name!r} (goals: {', '.join(sorted(config.goals)) or 'none'})")
     store = open_store(config.project)
-    command = store.send_command("trigger", name)
+    text = payload.read() if payload is not None else None
+    if text is not None and len(text.encode()) > MAX_PAYLOAD:
+        raise ConfigError(f"--payload: {len(text.encode())} bytes is over the limit of {MAX_PAYLOAD} bytes")
+    command = store.send_command("trigger", name, text)
     pid = daemon_pid(config.project)
     if not pid:
         click.echo(f"queued {name}: no daemon is running now; it runs when `runner daemon` starts")

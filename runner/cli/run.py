@@ -12,7 +12,10 @@ from ..errors import ConfigError
 from .common import EXIT, project_of, reports_errors, run_async
 
 if TYPE_CHECKING:
-    from ..config import Goal, Project
+    from ..config import Check, Goal, Project
+    from ..store import Store
+    from ..verify import RunResult
+    from ..verify.resume import Resume
 
 
 def overrides(model: str | None, max_steps: int | None, max_attempts: int | None, workdir: str | None) -> dict:
@@ -40,6 +43,7 @@ def overrides(model: str | None, max_steps: int | None, max_attempts: int | None
 @click.option("--checks-first", is_flag=True, default=None, help="Run the checks first; all pass -> satisfied.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("-q", "--quiet", is_flag=True, help="Print only the outcome line.")
+@click.option("--no-wait", is_flag=True, help="At an approve check, end at once awaiting_approval (exit 4).")
 @click.pass_context
 @reports_errors
 def goal(
@@ -55,11 +59,12 @@ def goal(
     checks_first: bool | None,
     as_json: bool,
     quiet: bool,
+    no_wait: bool,
 ) -> None:
     """Run one goal once (NAME or FILE, or an inline -p PROMPT): work + verify.
 
     Exit 0 achieved/satisfied, 1 not achieved/stuck/tampered/rejected, 2 bad input, 3 provider or
-    infrastructure error, 130 interrupted.
+    infrastructure error, 4 awaiting approval (--no-wait), 130 interrupted.
 
     \b
     Example:
@@ -80,21 +85,73 @@ def goal(
         the_goal = load_goal(project, name, extra)
     else:
         raise ConfigError("give a goal NAME or FILE, or an inline goal with -p PROMPT (see runner goal --help)")
-    result = execute(project, the_goal, checks_first, as_json, quiet)
+    result = execute(project, the_goal, checks_first, as_json, quiet, no_wait)
     sys.exit(EXIT.get(result["outcome"], 3))
 
 
-def execute(project: Project, the_goal: Goal, checks_first: bool | None, as_json: bool, quiet: bool) -> dict:
-    from ..store import open_store
+NOTIFY_WAIT = 10.0
+"""Seconds a command waits, after printing its result, for notifications still being delivered."""
+
+
+def execute(
+    project: Project,
+    the_goal: Goal,
+    checks_first: bool | None,
+    as_json: bool,
+    quiet: bool,
+    no_wait: bool = False,
+    resume: Resume | None = None,
+) -> dict:
+    import getpass
+
+    from .. import notify
+    from ..store import now, open_store
     from ..verify import StoreApprover, TerminalApprover, run_goal
     from ..work import ignore
-    from .display import Display, outcome_line
+    from .display import Display
 
     store = open_store(project)
-    interactive = sys.stdin.isatty() and not as_json
-    approver = TerminalApprover() if interactive else StoreApprover(store)
+    interactive = sys.stdin.isatty() and not as_json and not no_wait
+    approver = NoWait(store) if no_wait else TerminalApprover() if interactive else StoreApprover(store)
     observer = ignore if (as_json or quiet) else Display()
-    result = run_async(run_goal(the_goal, store, observe=observer, approver=approver, checks_first=checks_first))
+    command = "runner continue" if resume else "runner goal"
+    context = {"kind": "manual", "by": command, "user": getpass.getuser(), "fired": now()}
+
+    async def run_then_notify() -> dict:
+        result = await run_goal(
+            the_goal,
+            store,
+            trigger="continue" if resume else "manual",
+            observe=observer,
+            approver=approver,
+            checks_first=checks_first,
+            context=context,
+            pass_trigger=False,  # the person wrote the prompt; trigger.json still says who ran it
+            resume=resume,
+        )
+        data = show_result(result, as_json, quiet)
+        await notify.drain(NOTIFY_WAIT)  # after the result is out: a slow receiver delays only the exit
+        return data
+
+    return run_async(run_then_notify())
+
+
+class NoWait:
+    """--no-wait: at the first approve check the run ends `awaiting_approval`; `runner approve` finishes it."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def __call__(self, run_id: str, check: Check) -> tuple[bool, str | None]:
+        import asyncio
+
+        self.store.update_run(run_id, outcome="awaiting_approval", pending=check.name)
+        raise asyncio.CancelledError  # the verify loop ends the run, keeping it awaiting_approval
+
+
+def show_result(result: RunResult, as_json: bool, quiet: bool) -> dict:
+    from .display import outcome_line
+
     data = result.to_json()
     if as_json:
         click.echo(json.dumps(data))
@@ -105,8 +162,52 @@ def execute(project: Project, the_goal: Goal, checks_first: bool | None, as_json
                 click.echo(f"  {result.error}")
             if result.final_message:
                 click.echo(f"  final message: {result.final_message.strip()[:500]}")
+            if result.continues:
+                click.echo(f"  continues run {result.continues}")
             click.echo(f"  run {result.run_id} (runner show {result.run_id})")
     return data
+
+
+@click.command(name="continue")
+@click.argument("run_id")
+@click.option("--max-steps", type=click.IntRange(1), help="Rounds of the work loop per attempt (limits.max_steps).")
+@click.option("--max-attempts", type=click.IntRange(1), help="How many more attempts (verify.max_attempts).")
+@click.option("-m", "--message", "text", help="An extra instruction for the model.")
+@click.option("--no-wait", is_flag=True, help="At an approve check, end at once awaiting_approval (exit 4).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the outcome line.")
+@click.pass_context
+@reports_errors
+def continue_run(
+    ctx: click.Context,
+    run_id: str,
+    max_steps: int | None,
+    max_attempts: int | None,
+    text: str | None,
+    no_wait: bool,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Pick run RUN_ID back up from its transcript with new limits, as a new run that `continues` it.
+
+    For runs that ended not_achieved, stuck, error, cancelled, interrupted or by a forced stop. Its
+    attempts are numbered after the old run's. Exit codes as `runner goal`.
+
+    \b
+    Example:
+      runner continue 20250101-090000-abc123 --max-steps 40 -m "the tests are in tests/unit"
+    """
+    from ..config import load_goal
+    from ..store import open_store
+    from ..verify.resume import resume_from
+
+    project = project_of(ctx)
+    store = open_store(project)
+    store.mark_interrupted()
+    resume = resume_from(store, run_id, text)
+    the_goal = load_goal(project, resume.goal, overrides(None, max_steps, max_attempts, None))
+    result = execute(project, the_goal, False, as_json, quiet, no_wait, resume)
+    sys.exit(EXIT.get(result["outcome"], 3))
 
 
 @click.command()
@@ -140,4 +241,4 @@ def check(ctx: click.Context, name: str, as_json: bool) -> None:
     sys.exit(0 if passed else 1)
 
 
-COMMANDS = [goal, check]
+COMMANDS = [goal, check, continue_run]

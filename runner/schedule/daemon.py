@@ -28,14 +28,18 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
+from .. import notify
 from ..config import Catalog, Entry, Goal, Project
 from ..errors import ConfigError, DaemonError, StoreError
 from ..store import open_store
 from ..verify import RunResult, StoreApprover, run_goal
 from ..vocabulary import GOOD
+from . import unattended
 from .triggers import missed_fire, time_trigger
 
 log = logging.getLogger("runner.daemon")
+NOTIFY_GRACE = 5.0
+"""Seconds a stopping daemon waits for notifications still being delivered."""
 NOT_COUNTED = ("cancelled", "awaiting_approval")
 """Outcomes that neither trip the circuit breaker nor chain `after` entries."""
 
@@ -60,6 +64,8 @@ class Slot:
 
     task: asyncio.Task[Any] | None = None
     follow_up: tuple[Entry | None, str] | None = None
+    follow_up_context: dict[str, Any] | None = None
+    """What triggered the follow-up (webhook body, changed paths, ...)."""
 
 
 class Daemon:
@@ -137,6 +143,7 @@ class Daemon:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending)
+        await notify.drain(NOTIFY_GRACE)
         self.store.close()
         log.info("daemon stopped")
 
@@ -229,6 +236,7 @@ class Daemon:
         goal_name: str | None = None,
         follow_up: bool = False,
         due: datetime | None = None,
+        context: dict[str, Any] | None = None,
     ) -> None:
         """A trigger arrived: start the goal, or queue one follow-up, or record why not.
 
@@ -245,15 +253,24 @@ class Daemon:
             return self.record("skip", entry, f"past until {entry.until.isoformat()}")
         if name not in self.catalog.goals:
             return self.record("skip", entry, f"unknown goal {name!r}", goal=name)
+        if unattended.skip_for_budget(self, self.catalog.goals[name], entry):
+            return None
         slot = self.slots.setdefault(name, Slot())
         if slot.task is not None and not slot.task.done():
             if slot.follow_up is None:
-                slot.follow_up = (entry, trigger)
+                slot.follow_up, slot.follow_up_context = (entry, trigger), context
                 return self.record("queued", entry, "the goal is running; one follow-up run queued", goal=name)
             return self.record("skip", entry, "the goal is running and a follow-up is already queued", goal=name)
-        slot.task = asyncio.create_task(self.run_one(self.catalog.goals[name], entry, trigger, due))
+        slot.task = asyncio.create_task(self.run_one(self.catalog.goals[name], entry, trigger, due, context))
 
-    async def run_one(self, goal: Goal, entry: Entry | None, trigger: str, due: datetime | None = None) -> None:
+    async def run_one(
+        self,
+        goal: Goal,
+        entry: Entry | None,
+        trigger: str,
+        due: datetime | None = None,
+        context: dict[str, Any] | None = None,
+    ) -> None:
         try:
             async with self.semaphore:
                 if self.stopping.is_set():
@@ -267,11 +284,14 @@ class Daemon:
                     entry_id=entry.id if entry else None,
                     approver=self.approver,
                     checks_first=checks_first,
+                    context=unattended.context_of(goal, entry, trigger, due, context),
+                    pass_trigger=entry.pass_trigger if entry is not None else True,
+                    targets=notify.targets_of(goal.notify, entry.notify if entry is not None else None),
                 )
             self.finished(goal, entry, result)
         except StoreError as exc:
             log.error("cannot record a run of %s (%s); it is tried again at the next poll", goal.name, exc)
-            self.deferred.append(functools.partial(self.fire, entry, trigger, goal.name, due=due))
+            self.deferred.append(functools.partial(self.fire, entry, trigger, goal.name, due=due, context=context))
         except Exception as exc:  # a broken goal never stops the daemon
             log.exception("goal %s failed", goal.name)
             with contextlib.suppress(StoreError):
@@ -281,7 +301,7 @@ class Daemon:
             follow_up, slot.follow_up = slot.follow_up, None
             slot.task = None
             if follow_up is not None:
-                self.fire(follow_up[0], follow_up[1], goal.name, follow_up=True)
+                self.fire(follow_up[0], follow_up[1], goal.name, follow_up=True, context=slot.follow_up_context)
 
     def finished(self, goal: Goal, entry: Entry | None, result: RunResult) -> None:
         self.record("outcome", entry, f"{result.outcome} run {result.run_id}", goal=goal.name)
@@ -291,16 +311,19 @@ class Daemon:
             self.trip_breaker(entry, result.outcome in GOOD)
         for chained in self.catalog.entries:
             if chained.after == goal.name and chained.enabled and _matches(chained.on, result.outcome):
-                self.fire(chained, "after")
+                upstream = unattended.upstream_context(goal.name, result.run_id, result.outcome)
+                self.fire(chained, "after", context=upstream)
 
     def trip_breaker(self, entry: Entry, good: bool) -> None:
         failures = 0 if good else self.store.entry(entry.id)["failures"] + 1
         self.store.update_entry(entry.id, failures=failures)
         if entry.pause_after and failures >= entry.pause_after:
             self.store.update_entry(entry.id, paused=1)
-            self.record(
-                "paused", entry, f"{failures} runs in a row not achieved; runner resume {entry.goal} restarts it"
-            )
+            detail = f"{failures} runs in a row not achieved; runner resume {entry.goal} restarts it"
+            self.record("paused", entry, detail)
+            goal = self.catalog.goals.get(entry.goal)
+            if goal is not None:
+                unattended.tell(self, goal, entry, notify.PAUSED, detail, f"runner runs --goal {entry.goal}")
 
     # commands, reload
     async def read_commands(self) -> None:
@@ -322,9 +345,9 @@ class Daemon:
         waiting, self.deferred = self.deferred, []
         for fire in waiting:
             fire()
-        for kind, target, *_ in self.store.take_commands():
+        for kind, target, *payload in self.store.take_commands():
             if kind == "trigger":
-                self.fire(None, "manual", target)
+                self.fire(None, "manual", target, context=unattended.manual_context(payload[0] if payload else None))
         stamp = self.config_stamp()
         if stamp != seen:
             self.reload()

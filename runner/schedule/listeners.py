@@ -11,6 +11,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .unattended import webhook_context
+
 if TYPE_CHECKING:
     from .daemon import Daemon
 
@@ -39,6 +41,8 @@ async def watch_files(daemon: Daemon) -> None:
 
     root = daemon.catalog.project.root
     windows: dict[str, asyncio.Task[Any]] = {}
+    changed: dict[str, set[str]] = {}
+    """The paths changed within each entry's debounce window: the run's trigger context."""
 
     def relevant(_change: Any, path: str) -> bool:
         return not IGNORED_PARTS.intersection(Path(path).parts)
@@ -52,6 +56,7 @@ async def watch_files(daemon: Daemon) -> None:
             if not hits:
                 continue
             if entry.id in windows and not windows[entry.id].done():
+                changed[entry.id].update(hits)
                 continue  # already waiting out this debounce window
             slot = daemon.slots.get(entry.goal)
             if slot is not None and slot.task is not None and not slot.task.done():
@@ -59,12 +64,13 @@ async def watch_files(daemon: Daemon) -> None:
                     "skip", entry, f"{hits[0]} changed while the goal ran (its own writes do not retrigger it)"
                 )
                 continue
-            windows[entry.id] = asyncio.create_task(_after_debounce(daemon, entry))
+            changed[entry.id] = set(hits)
+            windows[entry.id] = asyncio.create_task(_after_debounce(daemon, entry, changed[entry.id]))
 
 
-async def _after_debounce(daemon: Daemon, entry: Any) -> None:
+async def _after_debounce(daemon: Daemon, entry: Any, paths: set[str]) -> None:
     await asyncio.sleep(entry.debounce)
-    daemon.fire(entry, "watch")
+    daemon.fire(entry, "watch", context={"paths": sorted(paths)})
 
 
 async def serve_webhooks(daemon: Daemon) -> None:
@@ -134,5 +140,5 @@ async def _respond(daemon: Daemon, reader: asyncio.StreamReader) -> tuple[int, s
     if not secret or not hmac.compare_digest(expected, given):
         daemon.record("rejected", entry, "webhook with a bad signature")
         return 401, "bad signature"
-    daemon.fire(entry, "webhook")
+    daemon.fire(entry, "webhook", context=webhook_context(body, headers))
     return 202, "accepted"

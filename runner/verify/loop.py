@@ -14,16 +14,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import prompts
-from ..config import Goal
+from .. import notify, prompts
+from ..config import Check, Goal, NotifyTarget
 from ..errors import RunnerError
 from ..store import Store, now
 from ..vocabulary import Event, Outcome
 from ..work import Model, Observer, Toolbox, WorkLoop, WorkResult, ignore
-from ..work.tools.process import run_process, scrub_env, spawned
+from ..work.cost import Pricer
+from ..work.tools.process import run_env, run_process, scrub_env, spawned
+from .approval import StoreApprover
 from .checks import Approver, CheckContext, CheckResult, run_checks
 from .feedback import Feedback, describe_failures, signature
+from .resume import Resume
 from .tamper import Snapshot
+from .trigger import prompt_block, write_context
 
 
 @dataclass
@@ -39,6 +43,10 @@ class RunResult:
     checks: list[CheckResult] = field(default_factory=list)
     final_message: str | None = None
     error: str | None = None
+    cost_usd: float | None = None
+    """US dollars of the run's replies; None when the model's price is unknown."""
+    continues: str | None = None
+    """The run this one picked back up (runner continue)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -53,6 +61,8 @@ class RunResult:
             "checks": [{"name": c.name, "passed": c.passed, "exit_code": c.exit_code} for c in self.checks],
             "final_message": self.final_message,
             "error": self.error,
+            "cost_usd": self.cost_usd,
+            "continues": self.continues,
         }
 
 
@@ -65,18 +75,36 @@ async def run_goal(
     observe: Observer = ignore,
     approver: Approver | None = None,
     checks_first: bool | None = None,
+    context: dict[str, Any] | None = None,
+    pass_trigger: bool = True,
+    targets: list[NotifyTarget] | None = None,
+    resume: Resume | None = None,
 ) -> RunResult:
-    """Run one goal once, work + verify, and record it. Cancellation ends it `cancelled`, not with an exception."""
+    """Run one goal once, work + verify, and record it. Cancellation ends it `cancelled`, not with an exception.
+
+    `context` is what triggered the run (trigger.json, RUNNER_TRIGGER_FILE, and with `pass_trigger` a block
+    in the first prompt); `targets` are the notification targets (default the goal's); `resume` picks an
+    earlier run's conversation back up (runner continue).
+    """
     run_id = store.new_run(goal.name, trigger, entry_id)
+    continues = resume.run_id if resume is not None else None
+    if continues:
+        store.update_run(run_id, continues=continues)
     transcript = store.transcript(run_id)
 
     def record(kind: str, data: dict[str, Any]) -> None:
         transcript.append(kind, data)
         observe(kind, data)
 
-    record(Event.RUN, {"run_id": run_id, "goal": goal.name, "trigger": trigger})
+    record(Event.RUN, {"run_id": run_id, "goal": goal.name, "trigger": trigger, "continues": continues})
     spawned.set(lambda pid, alive: store.track_process(run_id, pid, alive))
-    verifier = Verifier(goal, store, RunResult(run_id, goal.name), record, approver)
+    verifier = Verifier(goal, store, RunResult(run_id, goal.name, continues=continues), record, approver)
+    verifier.entry_id, verifier.resume = entry_id, resume
+    verifier.targets = targets if targets is not None else goal.notify
+    if context is not None:
+        record(Event.TRIGGER, context)
+        run_env.set({"RUNNER_TRIGGER_FILE": str(write_context(store, run_id, context, goal.root))})
+        verifier.trigger_block = prompt_block(context) if pass_trigger else None
     try:
         return await verifier.run(goal.verify.checks_first if checks_first is None else checks_first)
     finally:
@@ -91,6 +119,12 @@ class Verifier:
         self.judge: Model | None = None
         self.feedback = Feedback()
         self.work: WorkLoop | None = None
+        self.pricer: Pricer | None = None
+        self.entry_id: str | None = None
+        self.targets: list[NotifyTarget] = []
+        self.trigger_block: str | None = None
+        self.resume: Resume | None = None
+        self.told_waiting = False
 
     async def run(self, checks_first: bool) -> RunResult:
         goal = self.goal
@@ -102,6 +136,9 @@ class Verifier:
                     return self._finish("satisfied")
                 first_feedback = prompts.CHECKS_FAILED_BEFORE_WORK.format(checks=describe_failures(results))
             self.model = Model.open(goal.model, goal.root)
+            self.pricer = Pricer.for_model(goal.model, str(self.model.client.base_url))
+            if not self.pricer.known:
+                self.record(Event.PRICE_UNKNOWN, {"model": goal.model.name, "reason": self.pricer.unknown})
             self.judge = Model.open(goal.judge_model, goal.root) if goal.judge_model else self.model
             async with Toolbox.open(goal) as toolbox:
                 return await self._attempts(toolbox, first_feedback)
@@ -118,13 +155,15 @@ class Verifier:
     async def _attempts(self, toolbox: Toolbox, first_feedback: str | None) -> RunResult:
         """Work, then check, up to max_attempts; the outcome of the run."""
         goal, verify = self.goal, self.goal.verify
-        messages = self._conversation(first_feedback)
+        messages = self._resumed() if self.resume is not None else self._conversation(first_feedback)
+        first = self.resume.first_attempt if self.resume is not None else 1
+        last = first + verify.max_attempts - 1
         failing: list[tuple[Any, ...]] = []
-        for attempt in range(1, verify.max_attempts + 1):
-            self._begin_attempt(attempt)
+        for attempt in range(first, last + 1):
+            self._begin_attempt(attempt, last)
             snapshot = Snapshot.take(goal)
             assert self.model is not None
-            self.work = WorkLoop(self.model, toolbox, goal.limits, self.record)
+            self.work = WorkLoop(self.model, toolbox, goal.limits, self.record, self.pricer)
             work = await self.work.run(messages)
             self._end_attempt(attempt, work)
             changed = snapshot.changes()
@@ -145,7 +184,7 @@ class Verifier:
             if any(r.kind == "approve" and not r.passed and not r.skipped for r in results):
                 return self._finish("rejected", error=next(r.reason for r in results if r.kind == "approve"))
             failing.append(signature(results))
-            if attempt == verify.max_attempts:
+            if attempt == last:
                 break
             if len(failing) >= verify.stuck_after and len(set(failing[-verify.stuck_after :])) == 1:
                 return self._finish(
@@ -172,6 +211,8 @@ class Verifier:
         if self.goal.system:
             system += "\n\n" + self.goal.system
         prompt = self.goal.prompt
+        if self.trigger_block:
+            prompt = f"{prompt}\n\n{self.trigger_block}"
         if feedback and self.goal.verify.fresh_context and self.result.attempts:
             prompt = prompts.FRESH_CONTEXT.format(prompt=prompt, feedback=feedback)
         elif feedback:
@@ -181,21 +222,38 @@ class Verifier:
             self.record(Event.MESSAGE, {"message": message})
         return messages
 
-    def _begin_attempt(self, attempt: int) -> None:
+    def _resumed(self) -> list[dict[str, Any]]:
+        """The conversation of the run being continued, written into this run's transcript too."""
+        assert self.resume is not None
+        messages = self.resume.messages
+        for message in messages:
+            self.record(Event.MESSAGE, {"message": message})
+        return messages
+
+    def _begin_attempt(self, attempt: int, last: int) -> None:
         self.result.attempts = attempt
         self.store.record_attempt(self.result.run_id, attempt)
         self.store.update_run(self.result.run_id, attempts=attempt)
-        self.record(Event.ATTEMPT, {"attempt": attempt, "of": self.goal.verify.max_attempts})
+        self.record(Event.ATTEMPT, {"attempt": attempt, "of": last})
 
     def _end_attempt(self, attempt: int, work: WorkResult) -> None:
         self.work = None
         result = self.result
         result.steps += work.steps
         result.tokens += work.tokens
+        if work.cost_usd is not None:
+            result.cost_usd = (result.cost_usd or 0.0) + work.cost_usd
         result.stop_reason = work.stop_reason
         result.final_message = work.final_message or result.final_message
+        cost = {"cost": work.cost_usd} if work.cost_usd is not None else {}
         self.store.record_attempt(
-            result.run_id, attempt, stop_reason=work.stop_reason, steps=work.steps, tokens=work.tokens, ended=now()
+            result.run_id,
+            attempt,
+            stop_reason=work.stop_reason,
+            steps=work.steps,
+            tokens=work.tokens,
+            ended=now(),
+            **cost,
         )
         self.store.update_run(
             result.run_id,
@@ -203,6 +261,7 @@ class Verifier:
             tokens=result.tokens,
             stop_reason=work.stop_reason,
             final_message=result.final_message,
+            **({"cost": result.cost_usd} if result.cost_usd is not None else {}),
         )
 
     async def _checks(self, attempt: int) -> list[CheckResult]:
@@ -210,9 +269,18 @@ class Verifier:
             self.store.record_check(self.result.run_id, attempt, position, **result.columns())
             self.record(Event.CHECK, {"attempt": attempt, **result.record()})
 
-        context = CheckContext(self.goal, self.result.run_id, attempt, self.judge, self.approver)
+        approver = self._approve if self.approver is not None else None
+        context = CheckContext(self.goal, self.result.run_id, attempt, self.judge, approver)
         self.result.checks = await run_checks(context, self.goal.verify.checks, on_result=recorded)
         return self.result.checks
+
+    async def _approve(self, run_id: str, check: Check) -> tuple[bool, str | None]:
+        """Ask the approver; one that waits for a person through the store first tells the targets."""
+        assert self.approver is not None
+        if isinstance(self.approver, StoreApprover) and not self.told_waiting:
+            self.told_waiting = True
+            self._notify("awaiting_approval")
+        return await self.approver(run_id, check)
 
     async def _before_retry(self) -> None:
         command = self.goal.verify.before_retry
@@ -244,8 +312,24 @@ class Verifier:
                 "attempts": result.attempts,
                 "steps": result.steps,
                 "tokens": result.tokens,
+                "cost_usd": result.cost_usd,
                 "duration_s": round(result.duration_s, 3),
             },
         )
+        if not (result.outcome == "awaiting_approval" and self.told_waiting):
+            self._notify(result.outcome)
         return result
+
+    def _notify(self, outcome: str) -> None:
+        """Tell the targets that want this outcome; delivery happens off the run's path."""
+        result, goal = self.result, self.goal
+
+        def record(kind: str, detail: str) -> None:
+            self.store.log_event(kind, goal.name, self.entry_id, detail)
+
+        failing = [c.name for c in result.checks if not c.passed and not c.skipped]
+        message = notify.Message(
+            goal.name, outcome, result.run_id, self.entry_id, failing, result.error, result.cost_usd
+        )
+        notify.announce(message, self.targets, goal.root, record)
 

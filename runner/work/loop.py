@@ -18,6 +18,7 @@ from typing import Any
 from ..config import Limits
 from ..errors import ProviderError
 from ..vocabulary import FORCED, Event, StopReason
+from .cost import Pricer
 from .model import Model, Reply
 from .tools import Toolbox, describe_call
 
@@ -37,6 +38,8 @@ class WorkResult:
     tokens: int = 0
     final_message: str | None = None
     error: str | None = None
+    cost_usd: float | None = None
+    """US dollars of the attempt's replies; None when the model's price is unknown."""
 
     @property
     def forced(self) -> bool:
@@ -51,6 +54,8 @@ class WorkLoop:
     toolbox: Toolbox
     limits: Limits
     observe: Observer = ignore
+    pricer: Pricer | None = None
+    """Prices each reply (cost per step in the `reply` event, `limits.max_cost`); None counts tokens only."""
     started: float = field(default_factory=time.monotonic)
     result: WorkResult | None = None
     """The attempt so far, readable by the caller even when the loop is cancelled."""
@@ -67,8 +72,10 @@ class WorkLoop:
                 self.observe(Event.STEP, {"step": result.steps})
                 reply = await self._within_time(self.model.chat(messages, self.toolbox.schemas))
                 result.tokens += reply.tokens
+                cost = self._price(result, reply)
                 self.observe(
-                    Event.REPLY, {"step": result.steps, "finish_reason": reply.finish_reason, "usage": reply.usage}
+                    Event.REPLY,
+                    {"step": result.steps, "finish_reason": reply.finish_reason, "usage": reply.usage, "cost": cost},
                 )
                 self._append(messages, reply.message)
                 if reply.message.get("content"):
@@ -98,9 +105,18 @@ class WorkLoop:
             return "max_steps"
         if result.tokens >= self.limits.max_tokens:
             return "max_tokens"
+        if self.limits.max_cost is not None and (result.cost_usd or 0.0) >= self.limits.max_cost:
+            return "max_cost"
         if time.monotonic() - self.started >= self.limits.timeout:
             return "timeout"
         return None
+
+    def _price(self, result: WorkResult, reply: Reply) -> float | None:
+        """The reply's cost, added to the attempt's; None (and the attempt's stays None) when unknown."""
+        cost = self.pricer.cost(reply.usage) if self.pricer is not None else None
+        if cost is not None:
+            result.cost_usd = (result.cost_usd or 0.0) + cost
+        return cost
 
     async def _within_time(self, awaitable: Any) -> Any:
         remaining = self.limits.timeout - (time.monotonic() - self.started)

@@ -15,6 +15,8 @@ SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 spawned: contextvars.ContextVar[Callable[[int, bool], None] | None] = contextvars.ContextVar("spawned", default=None)
 """Told of every process group started (pid, True) and ended (pid, False), so that a run's processes
 can be found and killed after its runner process was killed itself."""
+run_env: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar("run_env", default=None)
+"""Variables every process of the current run gets (RUNNER_TRIGGER_FILE), set by the verify loop."""
 
 OUTPUT_CAP = 12_000
 """Characters of a tool's output that reach the model: the head and the tail, with a marker between."""
@@ -24,6 +26,7 @@ def scrub_env(passed: Iterable[str] = (), extra: Mapping[str, str] | None = None
     """The environment without secrets: no name holding KEY, TOKEN, SECRET or PASSWORD unless passed."""
     allowed = set(passed)
     env = {k: v for k, v in os.environ.items() if k in allowed or not SECRET_NAME.search(k)}
+    env.update(run_env.get() or {})
     env.update(extra or {})
     return env
 
