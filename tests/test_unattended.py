@@ -363,3 +363,10 @@ def test_an_old_database_gets_the_new_columns(tmp_path):
         assert store.run(run_id)["cost"] == 0.5
         assert store.take_commands() == [("trigger", "g", '{"a": 1}')]
         store.close()
+
+
+def test_an_unknown_notify_event_is_bad_input_at_its_line(proj):
+    proj.goal("g", prompt="hi", notify=[{"url": "json://127.0.0.1:9/", "on": ["not_achieved", "eror"]}])
+    out = proj.cli("validate")
+    assert out.exit_code == 2
+    assert "goals/g.yaml:" in out.output and "notify[0].on: unknown eror (expected any of achieved" in out.output

@@ -18,6 +18,7 @@ from pydantic import (
     model_validator,
 )
 
+from ..vocabulary import OUTCOMES
 from .mcp import check_servers, check_tools, is_mcp_tool
 
 BUILTIN_TOOLS = ("read_file", "write_file", "edit_file", "list_files", "search_files", "shell")
@@ -268,6 +269,15 @@ class NotifyTarget(Strict):
         if isinstance(value, dict) and True in value:  # YAML 1.1 reads a bare `on:` key as true
             value = {("on" if k is True else k): v for k, v in value.items()}
         return value
+
+    @field_validator("on", mode="before")
+    @classmethod
+    def _known_events(cls, value: Any) -> Any:
+        known = (*OUTCOMES, "paused", "budget")
+        wrong = [v for v in _as_list(value) or [] if v not in known]
+        if wrong:
+            raise ValueError(f"unknown {', '.join(map(str, wrong))} (expected any of {', '.join(known)})")
+        return _as_list(value)
 
     @model_validator(mode="after")
     def _one_target(self) -> NotifyTarget:
