@@ -205,6 +205,8 @@ def continue_run(
     store = open_store(project)
     store.mark_interrupted()
     resume = resume_from(store, run_id, text)
+    if resume.goal == "inline":
+        raise ConfigError(f"run {resume.run_id} ran an inline goal (runner goal -p), whose checks are not kept")
     the_goal = load_goal(project, resume.goal, overrides(None, max_steps, max_attempts, None))
     result = execute(project, the_goal, False, as_json, quiet, no_wait, resume)
     sys.exit(EXIT.get(result["outcome"], 3))
