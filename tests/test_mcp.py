@@ -299,7 +299,7 @@ def test_runner_mcp_served_to_the_sdk_client(proj, server):
         command=sys.executable, args=["-m", "runner", "mcp", "-C", str(proj.root)], env=child_env()
     )
 
-    async def drive() -> tuple[set[str], Any, Any, Any, Any]:
+    async def drive() -> tuple[set[str], Any, Any, Any, Any, Any]:
         with open(proj.root / "mcp-stderr.log", "w") as errlog:  # the SDK hands it to the server as stderr
             async with Client(stdio_client(params, errlog)) as client:
                 names = {tool.name for tool in (await client.list_tools()).tools}
@@ -308,9 +308,10 @@ def test_runner_mcp_served_to_the_sdk_client(proj, server):
                 ran = await client.call_tool("run_goal", inline)
                 read = await client.call_tool("get_run", {"run_id": ran.structured_content["run_id"]})
                 runs = await client.call_tool("list_runs", {})
-                return names, goals, ran, read, runs
+                triggered = await client.call_tool("trigger", {"name": "named"})
+                return names, goals, ran, read, runs, triggered
 
-    names, goals, ran, read, runs = asyncio.run(drive())
+    names, goals, ran, read, runs, triggered = asyncio.run(drive())
     assert names == {"list_goals", "run_goal", "get_run", "list_runs", "approve", "reject", "trigger"}
     assert [g["name"] for g in goals.structured_content["goals"]] == ["named"]
     assert ran.structured_content["outcome"] == "achieved" and not ran.is_error
@@ -320,6 +321,11 @@ def test_runner_mcp_served_to_the_sdk_client(proj, server):
     ]
     assert [r["run_id"] for r in runs.structured_content["runs"]] == [ran.structured_content["run_id"]]
     assert (proj.root / "hello.txt").read_text() == "hello\n"
+    assert triggered.structured_content == {
+        "goal": "named",
+        "daemon_running": False,
+        "message": "no daemon is running now; it runs when `runner daemon` starts",
+    }
 
 
 def test_runner_mcp_runs_in_the_background_and_waits_for_approval(proj, server):
