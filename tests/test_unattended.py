@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,27 @@ def test_pass_trigger_false_leaves_the_prompt_alone_and_a_payload_comes_by_hand(
     assert first_prompt(server.requests[1]) == "Triage."
     saved = json.loads((proj.root / ".runner/runs" / run["run_id"] / "trigger.json").read_text())
     assert saved["payload"]["issue"] == 42
+
+
+def test_changed_paths_and_the_upstream_run_reach_the_prompt(proj, server, daemons):
+    proj.goal("docs", prompt="Fix the docs.")
+    proj.goal("publish", prompt="Publish.")
+    schedule(proj, {"goal": "docs", "watch": ["docs/*.md"], "debounce": "0.3s"}, {"goal": "publish", "after": "docs"})
+    (proj.root / "docs").mkdir()
+    server.add({"content": "fixed"}, {"content": "published"})
+    daemon = daemons(proj)
+    for _ in range(60):  # the watcher starts beside the scheduler: edit until it sees an edit
+        (proj.root / "docs" / "a.md").write_text("edit")
+        (proj.root / "docs" / "b.md").write_text("edit")
+        if daemon.events("trigger"):
+            break
+        time.sleep(0.5)
+    runs = {r["goal"]: r for r in daemon.wait_runs(2, "achieved")}
+    daemon.stop()
+    watched = first_prompt(server.requests[0])
+    assert '"kind": "watch"' in watched and '"docs/a.md"' in watched and '"docs/b.md"' in watched
+    chained = first_prompt(server.requests[1])
+    assert '"kind": "after"' in chained and runs["docs"]["run_id"] in chained and '"outcome": "achieved"' in chained
 
 
 # notifications
