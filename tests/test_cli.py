@@ -55,7 +55,10 @@ def test_runs_and_show_json(proj, server):
     proj.cli_json("goal", "g")
     runs = json.loads(proj.cli("runs", "--json").output)
     assert runs[1]["run_id"] == first["run_id"] and len(runs) == 2  # newest first
-    assert set(runs[0]) == {"run_id", "goal", "trigger", "outcome", "started", "ended", "attempts", "steps", "tokens"}
+    assert set(runs[0]) == {
+        *("run_id", "goal", "trigger", "outcome", "started", "ended", "attempts", "steps", "tokens"),
+        *("cost_usd", "continues"),  # DESIGN 10: the cost of the run, the run it continues
+    }
     assert proj.cli("runs", "--goal", "other", "--json").exit_code == 2  # no such goal
     shown = proj.cli_json("show", first["run_id"])
     assert shown["final_message"] == "one" and shown["transcript"][-1]["kind"] == "outcome"
