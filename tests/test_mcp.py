@@ -387,3 +387,12 @@ def test_validate_reports_a_bad_server_in_runner_yaml(proj, servers, expected):
     where = (proj.root / "runner.yaml").read_text().splitlines().index("mcp:") + 1 + ("web" in servers)
     assert result.exit_code == 2
     assert result.output.startswith(f"runner.yaml:{where}: {expected}")
+
+
+def test_server_that_never_answers_ends_the_run_at_its_start_timeout(proj, server):
+    with_servers(proj, mute={"command": "sleep", "args": ["300"], "start_timeout": "1s"})
+    proj.goal("mute", prompt="x")
+    out = proj.cli_json("goal", "mute")
+    assert (out["exit_code"], out["outcome"]) == (3, "error")
+    assert out["error"] == "MCP server mute (sleep 300) did not start within 1s"
+    assert server.requests == []

@@ -194,19 +194,19 @@ class McpConnection:
         return f"error: {shown} failed: {str(leaf).strip() or type(leaf).__name__}"
 
     async def close(self) -> None:
+        """End the session and stop the server; one that never got ready is not waited for."""
         self.stopping = True
         self._stop.set()
         task = self._task
         if task is None:
             return
-        try:
-            await asyncio.wait_for(asyncio.shield(task), EXIT_GRACE + 5)
-        except (asyncio.TimeoutError, Exception):
+        if self.client is None:
             task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-        finally:
-            self._kill_group()
+        done, _ = await asyncio.wait({task}, timeout=EXIT_GRACE + 5)
+        if not done:
+            task.cancel()
+            await asyncio.wait({task}, timeout=5)
+        self._kill_group()
 
     @property
     def exited(self) -> bool:
