@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import json
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -211,6 +212,22 @@ def test_a_stuck_receiver_delays_no_run(proj, server, daemons, receivers):
     stuck.release()
     daemon.stop()
     assert len(daemon.events("notified")) >= 1
+
+
+def test_a_run_killed_with_its_daemon_is_notified_interrupted_at_the_next_start(proj, daemons, receivers):
+    receiver = receivers()
+    verify = {"max_attempts": 1, "checks_first": True, "checks": [{"run": "sleep 30"}]}
+    proj.goal("hang", prompt="keep green", verify=verify, notify=[receiver.url])
+    schedule(proj, {"goal": "hang", "every": "1h", "catch_up": False})
+    daemon = daemons(proj)
+    proj.subprocess("trigger", "hang")
+    daemon.wait_log("start     hang")
+    daemon.stop(signal.SIGKILL)
+    again = daemons(proj)
+    [message] = receiver.wait(1)
+    again.stop()
+    [run] = again.runs()
+    assert message["title"] == "runner: hang interrupted" and run["run_id"] in message["message"]
 
 
 def test_a_dead_receiver_is_logged_and_never_changes_the_outcome(proj, server):

@@ -95,6 +95,7 @@ class Daemon:
             loop.add_signal_handler(sig, self.stopping.set)
         for run_id in self.store.mark_interrupted():
             self.record("interrupted", detail=f"run {run_id} was left running by a process that is gone")
+            unattended.tell_interrupted(self, run_id)
         import openai  # noqa: F401  (imported once here, not inside the first run while others wait)
 
         self.start_scheduling()

@@ -109,12 +109,24 @@ def skip_for_budget(daemon: Daemon, goal: Goal, entry: Entry | None) -> bool:
     return True
 
 
-def tell(daemon: Daemon, goal: Goal, entry: Entry | None, what: str, detail: str, look: str) -> None:
-    """Notify the targets of a goal (or its entry) of something no run says: `paused`, `budget`."""
+def tell(
+    daemon: Daemon, goal: Goal, entry: Entry | None, what: str, detail: str, look: str, run_id: str | None = None
+) -> None:
+    """Notify the targets of a goal (or its entry) of what no run of this daemon says: `paused`, `budget`,
+    a run found `interrupted` at start."""
     entry_id = entry.id if entry else None
 
     def record(kind: str, text: str) -> None:
         daemon.store.log_event(kind, goal.name, entry_id, text)
 
-    message = notify.Message(goal.name, what, entry=entry_id, error=detail, look=look)
+    message = notify.Message(goal.name, what, run_id=run_id, entry=entry_id, error=detail, look=look)
     notify.announce(message, notify.targets_of(goal.notify, entry.notify if entry else None), goal.root, record)
+
+
+def tell_interrupted(daemon: Daemon, run_id: str) -> None:
+    """A run left `running` by a process that died (found at start) is an outcome too: `interrupted`."""
+    run = daemon.store.run(run_id)
+    goal = daemon.catalog.goals.get(run["goal"])
+    if goal is not None:
+        entry = daemon.entry(run["entry"]) if run.get("entry") else None
+        tell(daemon, goal, entry, "interrupted", run.get("error") or "", f"runner show {run_id}", run_id)
