@@ -360,6 +360,13 @@ def test_no_wait_ends_awaiting_approval_with_exit_4(proj, server):
 
 
 # as a service
+def test_service_status_and_uninstall_say_when_nothing_is_installed(proj, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for command in ("status", "uninstall"):
+        out = proj.cli("service", command, "--user")
+        assert out.exit_code == 3 and "no unit installed for" in out.output and "runner-" in out.output
+
+
 def test_the_service_unit(proj):
     proj.write("runner.yaml", proj.root.joinpath("runner.yaml").read_text() + "  shutdown_grace: 45s\n")
     out = proj.cli("service", "install", "--print", "--env-file")
