@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import socket
 import subprocess
 import time
 import urllib.request
@@ -14,6 +15,7 @@ from starlette.testclient import TestClient
 from support import KEY, call
 
 from runner.config import load_project
+from runner.errors import ConfigError
 from runner.store import open_store
 from runner.ui import create_app, serve
 
@@ -77,13 +79,16 @@ def test_trigger_pause_and_resume_are_posts_with_a_csrf_token(proj, client):
     assert "triggered tidy" in client.get("/").text
     assert client.post("/goals/nope/trigger", data={"csrf": token}).status_code == 404
 
-    assert client.post("/entries/tidy/pause", data={"csrf": token}).status_code == 303
-    assert [store.entry(e)["paused"] for e in _entries(proj)] == [1]
+    (entry,) = _entries(proj)
+    assert "/" in entry  # an entry id names its file: team/tidy/every
+    assert client.post(f"/entries/{entry}/pause", data={"csrf": token}).status_code == 303
+    assert store.entry(entry)["paused"] == 1
     page = client.get("/").text
-    assert "⏸ paused" in page and ">Resume<" in page
-    assert client.post("/entries/tidy/resume", data={"csrf": token}).status_code == 303
-    assert "⏸ paused" not in client.get("/").text
+    assert "‖ paused" in page and ">Resume<" in page and f"paused {entry}" in page
+    assert client.post("/entries/tidy/resume", data={"csrf": token}).status_code == 303  # a goal: all its entries
+    assert store.entry(entry)["paused"] == 0 and "‖ paused" not in client.get("/").text
     assert [e["kind"] for e in store.events() if e["kind"] in ("paused", "resumed")] == ["paused", "resumed"]
+    assert client.post("/entries/nope/pause", data={"csrf": token}).status_code == 404
 
 
 def _entries(proj) -> list[str]:
@@ -253,7 +258,6 @@ def test_runner_ui_refuses_a_public_address_without_a_token(proj):
 
 def test_runner_ui_serves_until_interrupted(proj):
     import signal
-    import socket
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -285,3 +289,31 @@ def test_serve_runs_inside_an_event_loop_and_stops_when_cancelled(proj):
         return status
 
     assert asyncio.run(scenario()) == 200
+
+
+def test_the_daemon_serves_the_dashboard_beside_its_work_when_asked(proj):
+    """runner daemon wraps its run in alongside(): the dashboard lives exactly as long as the daemon."""
+    from runner.ui import alongside
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proj.write("runner.yaml", {"model": {"name": "m"}, "daemon": {"ui": {"port": port}}})
+
+    def get(path: str) -> int:
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}{path}").status
+
+    async def daemon_work() -> int:
+        for _ in range(500):
+            try:
+                return await asyncio.to_thread(get, "/approvals")
+            except OSError:
+                await asyncio.sleep(0.02)
+        raise AssertionError("the dashboard never answered")
+
+    assert asyncio.run(alongside(load_project(proj.root), daemon_work())) == 200
+    with pytest.raises(OSError):
+        get("/")  # gone with the daemon
+    proj.write("runner.yaml", {"model": {"name": "m"}, "daemon": {"ui": {"host": "0.0.0.0"}}})
+    with pytest.raises(ConfigError, match=r"daemon\.ui\.token"):
+        asyncio.run(alongside(load_project(proj.root), daemon_work()))

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import threading
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,18 @@ def write_goals(proj) -> None:
     )
 
 
+def seed_history(proj, goal: str) -> None:
+    """Earlier runs of a goal over the last weeks, as the store records them, for the strip and the charts."""
+    store = open_store(load_project(proj.root))
+    outcomes = ["achieved", "achieved", "not_achieved", "achieved", "error", "achieved", "stuck", "achieved"]
+    for day in range(24, 0, -1):
+        for n in range(day % 3 + 1):
+            run_id = store.new_run(goal, "every")
+            store.finish_run(run_id, outcomes[(day + n) % len(outcomes)], tokens=1500 + 700 * ((day * 7 + n) % 5))
+            when = datetime.now(timezone.utc) - timedelta(days=day, hours=n)
+            store.update_run(run_id, started=when.isoformat(timespec="milliseconds"))
+
+
 def latest_run(proj, goal: str, outcome: str | None = None) -> dict:
     """The goal's newest run (with that outcome), once the store has it."""
     store = open_store(load_project(proj.root))
@@ -103,10 +116,10 @@ def test_a_person_watches_follows_and_approves_runs(proj, server, dashboard, pag
     server.add({"tool_calls": [call("write_file", path="done.txt", content="x")]}, {"content": "done"})
     assert proj.subprocess("goal", "tidy").returncode == 0  # a process: Playwright holds this thread's event loop
 
+    seed_history(proj, "tidy")
     page.goto(dashboard + "/")
     sync_api.expect(page.locator("#goal-tidy")).to_contain_text("every 15m")
     sync_api.expect(page.locator("#goal-tidy .strip")).to_contain_text("✓")
-    shot(page, "goals")
 
     # a run that goes on: the model's second answer waits until the page is open
     page_open = threading.Event()
@@ -165,3 +178,9 @@ def test_a_person_watches_follows_and_approves_runs(proj, server, dashboard, pag
     page.goto(dashboard + "/goals/tidy/charts")
     sync_api.expect(page.locator("svg").first).to_be_visible()
     shot(page, "charts")
+
+    page.goto(dashboard + "/")
+    sync_api.expect(page.locator("#goal-ship .strip")).to_contain_text("✓")
+    page.locator("#goal-tidy").get_by_role("button", name="Pause").click()
+    sync_api.expect(page.locator("#goal-tidy")).to_contain_text("paused")
+    shot(page, "goals")

@@ -131,7 +131,10 @@ class SqliteStore(Store):
         return str(self.transcript_path(run_id))
 
     def run(self, run_id: str) -> dict[str, Any]:
-        rows = self._exec("SELECT * FROM runs WHERE id = ? OR id LIKE ?", (run_id, run_id + "%")).fetchall()
+        # a prefix as a range of the primary key: LIKE would scan every run (and read `_` as a wildcard)
+        rows = self._exec(
+            "SELECT * FROM runs WHERE id = ? OR (id > ? AND id < ?) LIMIT 21", (run_id, run_id, run_id + "\uffff")
+        ).fetchall()
         if not rows:
             raise UnknownRun(f"no run with id {run_id!r} in {self.dir / 'runs.db'} (see `runner runs`)")
         if len(rows) > 1:

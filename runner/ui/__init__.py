@@ -1,6 +1,7 @@
 """The dashboard (DESIGN section 11): goals, runs, a run's transcript live, approvals, charts.
 
-    await serve(project)                     # runner ui; or a task inside the daemon (daemon.ui: true)
+    await serve(project)                     # runner ui: until cancelled
+    await alongside(project, daemon.run())   # runner daemon, with the dashboard beside it if daemon.ui: true
     app = create_app(project, token=None)    # the ASGI app itself
 
 Starlette serves it (small, ASGI, on the event loop the daemon already runs), uvicorn listens, Jinja2
@@ -10,11 +11,13 @@ renders the pages on the server; the `ui` extra brings all three.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import inspect
 import logging
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ConfigError, DaemonError
 from .security import check_bind
@@ -22,7 +25,8 @@ from .security import check_bind
 if TYPE_CHECKING:
     from ..config import Project
 
-__all__ = ["check_bind", "create_app", "serve", "settings_of"]
+__all__ = ["alongside", "check_bind", "create_app", "serve", "settings_of"]
+T = TypeVar("T")
 log = logging.getLogger("runner.ui")
 
 
@@ -33,11 +37,46 @@ def settings_of(project: Project) -> tuple[str, int, str | None]:
 
 
 def create_app(project: Project, token: str | None = None, host: str = "127.0.0.1") -> Any:
-    try:
-        from .app import create_app as build
-    except ImportError as exc:
-        raise ConfigError(f"the dashboard needs {exc.name}: pip install 'runner[ui]'") from None
+    require_extra()
+    from .app import create_app as build
+
     return build(project, token, host)
+
+
+def require_extra() -> None:
+    for module in ("starlette", "uvicorn", "jinja2", "multipart"):
+        if importlib.util.find_spec(module) is None:
+            raise ConfigError(f"the dashboard needs {module}: pip install 'runner[ui]'")
+
+
+async def alongside(project: Project, work: Awaitable[T]) -> T:
+    """Await `work` (the daemon) with the dashboard served beside it when runner.yaml says `daemon.ui: true`.
+
+    A bad address or a missing extra stops the start; a dashboard that fails later is logged and the work
+    goes on; the dashboard stops when the work ends.
+    """
+    ui = project.settings.daemon.ui
+    if not ui.enabled:
+        return await work
+    try:
+        check_bind(ui.host, ui.token)
+        require_extra()
+    except ConfigError:
+        if inspect.iscoroutine(work):
+            work.close()
+        raise
+    task = asyncio.create_task(serve(project))
+    task.add_done_callback(_report)
+    try:
+        return await work
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def _report(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the dashboard stopped: %s", task.exception())
 
 
 async def serve(

@@ -12,6 +12,7 @@ import json
 import threading
 from collections.abc import AsyncIterator
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -45,7 +46,8 @@ def create_app(project: Project, token: str | None = None, host: str = "127.0.0.
         Route("/", board.goals),
         Route("/goals/{goal}/trigger", board.trigger, methods=["POST"]),
         Route("/goals/{goal}/charts", board.charts),
-        Route("/entries/{name}/{action:str}", board.pause, methods=["POST"]),
+        Route("/entries/{name:path}/pause", partial(board.pause, paused=True), methods=["POST"]),
+        Route("/entries/{name:path}/resume", partial(board.pause, paused=False), methods=["POST"]),
         Route("/runs", board.runs),
         Route("/runs/{run_id}", board.run),
         Route("/runs/{run_id}/live", board.live),
@@ -62,6 +64,7 @@ class Dashboard:
     def __init__(self, project: Project, token: str | None) -> None:
         self.project = project
         self._local = threading.local()
+        self.catalogs = pages.Catalogs(project)
         self.mask = Masker([token, project.settings.daemon.webhook.secret])
         self.templates = Environment(
             loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True)
@@ -78,14 +81,14 @@ class Dashboard:
 
     # pages
     async def goals(self, request: Request) -> Response:
-        catalog, problems = pages.load_catalog(self.project.root)
+        catalog, problems = self.catalogs.get()
         rows = pages.goal_rows(catalog, self.store) if catalog else []
         return self.render(request, "goals.html", rows=rows, problems=problems)
 
     async def runs(self, request: Request) -> Response:
         chosen = pages.RunFilter.of(request.query_params)
         rows, total = pages.runs_page(self.store, chosen)
-        catalog, _ = pages.load_catalog(self.project.root)
+        catalog, _ = self.catalogs.get()
         names = sorted(catalog.goals) if catalog else []
         last = max((total + pages.PAGE_SIZE - 1) // pages.PAGE_SIZE, 1)
         return self.render(
@@ -127,17 +130,24 @@ class Dashboard:
         seen: tuple[Any, ...] = ()
         while True:
             run = self.store.run(run_id)
-            events = self.store.transcript_events(run_id)
-            stamp = (len(events), run["outcome"], run["ended"], len(run["checks"]))
+            stamp = (self._transcript_stamp(run_id), run["outcome"], run["ended"], len(run["checks"]))
             if stamp != seen:
                 seen = stamp
-                context = self._run_context(run_id, run, events)
+                context = self._run_context(run_id, run)
                 body = self.templates.get_template("run_body.html").render(**context, csrf=csrf)
                 yield _event("run", body)
             if run["outcome"] not in outcomes.LIVE:
                 yield _event("end", run["outcome"])
                 return
             await asyncio.sleep(LIVE_POLL)
+
+    def _transcript_stamp(self, run_id: str) -> Any:
+        """What changes when the transcript grows: a file's size where the store keeps files, else its events."""
+        location = Path(self.store.transcript_location(run_id))
+        try:
+            return location.stat().st_size
+        except OSError:
+            return len(self.store.transcript_events(run_id))
 
     def _run_context(
         self, run_id: str, run: dict[str, Any] | None = None, events: list[dict[str, Any]] | None = None
@@ -153,23 +163,22 @@ class Dashboard:
     async def trigger(self, request: Request) -> Response:
         await self.checked_form(request)
         goal = request.path_params["goal"]
-        catalog, problems = pages.load_catalog(self.project.root)
+        catalog, problems = self.catalogs.get()
         if catalog is None or goal not in catalog.goals:
             raise HTTPException(404, problems[0] if problems else f"no goal named {goal!r}")
         self.store.send_command("trigger", goal)
         return self.back(request, "/", f"triggered {goal}: the daemon runs it as soon as the goal is free")
 
-    async def pause(self, request: Request) -> Response:
+    async def pause(self, request: Request, paused: bool) -> Response:
+        """Like `runner pause` / `runner resume`: every entry of a goal, or one entry by id."""
         await self.checked_form(request)
-        name, action = request.path_params["name"], request.path_params["action"]
-        if action not in ("pause", "resume"):
-            raise HTTPException(404, f"no action {action!r}")
-        catalog, problems = pages.load_catalog(self.project.root)
+        name, action = request.path_params["name"], "pause" if paused else "resume"
+        catalog, problems = self.catalogs.get()
         entries = [e for e in (catalog.entries if catalog else []) if name in (e.goal, e.id)]
         if not entries:
             raise HTTPException(404, problems[0] if problems else f"no schedule entry for {name!r}")
         for entry in entries:
-            self.store.update_entry(entry.id, paused=int(action == "pause"), failures=0)
+            self.store.update_entry(entry.id, paused=int(paused), failures=0)
             self.store.log_event(f"{action}d", entry.goal, entry.id, "from the dashboard")
         return self.back(request, "/", f"{action}d {', '.join(e.id for e in entries)}")
 

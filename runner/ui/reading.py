@@ -37,34 +37,25 @@ class Masker:
 
 @dataclass
 class Output:
-    """A tool's or a check's output, folded to its head and tail."""
+    """A tool's or a check's output, folded to its head and tail (worked out once: a page shows hundreds)."""
 
     text: str
+    first_line: str = ""
+    line_count: int = 0
+    head: str = ""
+    tail: str = ""
+    cut: int = 0
+    """Lines folded away between head and tail (0: the head is the whole output)."""
 
-    @property
-    def lines(self) -> list[str]:
-        return self.text.splitlines()
-
-    @property
-    def first_line(self) -> str:
-        return next((line for line in self.lines if line.strip()), "")[:160]
-
-    @property
-    def folded(self) -> bool:
-        return len(self.lines) > 2 * FOLD_LINES + 1
-
-    @property
-    def head(self) -> str:
-        return "\n".join(self.lines[:FOLD_LINES]) if self.folded else self.text
-
-    @property
-    def tail(self) -> str:
-        return "\n".join(self.lines[-FOLD_LINES:]) if self.folded else ""
-
-    @property
-    def cut(self) -> int:
-        """Lines folded away between head and tail."""
-        return max(len(self.lines) - 2 * FOLD_LINES, 0) if self.folded else 0
+    def __post_init__(self) -> None:
+        lines = self.text.splitlines()
+        self.line_count = len(lines)
+        self.first_line = next((line for line in lines if line.strip()), "")[:160]
+        if len(lines) > 2 * FOLD_LINES + 1:
+            self.head, self.tail = "\n".join(lines[:FOLD_LINES]), "\n".join(lines[-FOLD_LINES:])
+            self.cut = len(lines) - 2 * FOLD_LINES
+        else:
+            self.head = self.text
 
 
 @dataclass
@@ -217,7 +208,7 @@ def _describe(event: dict[str, Any]) -> tuple[str, str]:
     """Any other event as (what, said): the sandbox, the trigger, an unknown price, a wait, what comes next."""
     kind = event.get("kind", "")
     if kind == Event.SANDBOX:
-        return "sandbox", str(event.get("status", ""))
+        return "sandbox", str(event.get("status", "")).removeprefix("sandbox: ")
     if kind == Event.PRICE_UNKNOWN:
         return "cost", str(event.get("reason", ""))
     rest = {k: v for k, v in event.items() if k not in ("at", "kind")}
@@ -315,9 +306,12 @@ def _add_stored_checks(reading: Reading, rows: list[dict[str, Any]], mask: Maske
 
 
 def _pretty(arguments: Any) -> str:
-    """Tool arguments as indented JSON (the model's own text when it is not JSON), capped."""
+    """Tool arguments as JSON, indented when long (the model's own text when it is not JSON), capped."""
     try:
-        text = json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
+        value = json.loads(arguments)
+        text = json.dumps(value, ensure_ascii=False)
+        if len(text) > 100:
+            text = json.dumps(value, ensure_ascii=False, indent=2)
     except (TypeError, ValueError):
         text = str(arguments)
     return text if len(text) <= ARGUMENTS_CAP else text[:ARGUMENTS_CAP] + f"\n[... {len(text) - ARGUMENTS_CAP} more]"
