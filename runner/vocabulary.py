@@ -42,7 +42,7 @@ class Event:
     RUN = "run"
     """A run began: run_id, goal, trigger, continues (the run it picks back up, or None)."""
     TRIGGER = "trigger"
-    """What triggered the run (DESIGN 10): the context written to trigger.json: kind, entry, fired, ..."""
+    """What triggered the run (DESIGN 10): context (as written to trigger.json: kind, entry, fired, ...)."""
     PRICE_UNKNOWN = "price_unknown"
     """The model's price is unknown; the run's cost is counted in tokens only: model, reason."""
     ATTEMPT = "attempt"

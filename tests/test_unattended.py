@@ -129,6 +129,9 @@ def test_a_signed_webhook_body_reaches_the_first_prompt_the_file_and_the_checks(
     saved = json.loads((proj.root / ".runner" / "runs" / run["run_id"] / "trigger.json").read_text())
     assert saved["body"]["action"] == "opened" and saved["entry"] == "main/triage/webhook"
     assert "x-runner-signature" not in saved["headers"]
+    [event] = [e for e in SqliteStore(proj.root / ".runner").transcript_events(run["run_id"]) if e["kind"] == "trigger"]
+    assert event["context"] == saved
+    assert "triggered by webhook" in proj.cli("show", run["run_id"]).output
 
 
 def test_pass_trigger_false_leaves_the_prompt_alone_and_a_payload_comes_by_hand(proj, server, daemons):

@@ -248,6 +248,12 @@ def event_lines(event: dict[str, Any], full: bool) -> list[str]:
         return [f"  before retry: {event.get('command')}  exit {event.get('exit_code')}"]
     if kind == Event.OUTCOME:
         return [f"outcome {event.get('outcome')}" + (f": {event['error']}" if event.get("error") else "")]
+    if kind == Event.TRIGGER:
+        context = event.get("context") or {}
+        shown = json.dumps(context, ensure_ascii=False, default=str)
+        return [f"triggered by {context.get('kind')}: {shown if full else shown[:SHORT]}"]
+    if kind == Event.PRICE_UNKNOWN:
+        return [f"cost: tokens only ({event.get('reason')})"]
     return []
 
 

@@ -102,7 +102,7 @@ async def run_goal(
     verifier.entry_id, verifier.resume = entry_id, resume
     verifier.targets = targets if targets is not None else goal.notify
     if context is not None:
-        record(Event.TRIGGER, context)
+        record(Event.TRIGGER, {"context": context})
         run_env.set({"RUNNER_TRIGGER_FILE": str(write_context(store, run_id, context, goal.root))})
         verifier.trigger_block = prompt_block(context) if pass_trigger else None
     try:
