@@ -62,60 +62,49 @@ class McpTool:
 
 @asynccontextmanager
 async def open_servers(
-    servers: Mapping[str, McpServer],
-    tool_names: list[str] | None,
-    workdir: Path,
-    extra_env: Mapping[str, str] | None = None,
-    jail: Sequence[str] = (),
+    servers: Mapping[str, McpServer], tool_names: list[str] | None, workdir: Path, jail: Sequence[str] = ()
 ) -> AsyncIterator[list[McpTool]]:
     """Start the servers a goal uses, all at once; yield their tools; close them all when done.
 
     `tool_names` is the goal's `tools:` (None: every server, every allowed tool); `jail` is the argv
     prefix of the goal's sandbox, under which stdio servers run.
     """
-    chosen = selection(servers, tool_names)
-    connections = [McpConnection(name, servers[name], workdir, extra_env, jail) for name in chosen]
-    try:
-        await _start_all(connections)
-        yield [tool for c in connections for tool in c.offered(chosen[c.name])]
-    finally:
-        await asyncio.gather(*(c.close() for c in connections))
+    async with _running(servers, tool_names, workdir, jail) as offered:
+        yield [tool for _, tools in offered for tool in tools]
 
 
 async def survey(
     servers: Mapping[str, McpServer], tool_names: list[str] | None, workdir: Path
 ) -> list[tuple[McpConnection, list[McpTool]]]:
     """Start the servers, see what each offers the model (and `left_out()`), close them: `runner mcp list`."""
+    async with _running(servers, tool_names, workdir) as offered:
+        return offered
+
+
+@asynccontextmanager
+async def _running(
+    servers: Mapping[str, McpServer], tool_names: list[str] | None, workdir: Path, jail: Sequence[str] = ()
+) -> AsyncIterator[list[tuple[McpConnection, list[McpTool]]]]:
+    """Every chosen server started at once, with the tools it offers; the first failure, in the order of the
+    config, is the one raised. All of them are closed on the way out."""
     chosen = selection(servers, tool_names)
-    connections = [McpConnection(name, servers[name], workdir) for name in chosen]
+    connections = [McpConnection(name, servers[name], workdir, jail) for name in chosen]
     try:
-        await _start_all(connections)
-        return [(c, c.offered(chosen[c.name])) for c in connections]
+        listings = await asyncio.gather(*(c.start() for c in connections), return_exceptions=True)
+        failures = [result for result in listings if isinstance(result, BaseException)]
+        if failures:
+            raise failures[0]
+        yield [(c, c.offered(chosen[c.name])) for c in connections]
     finally:
         await asyncio.gather(*(c.close() for c in connections))
-
-
-async def _start_all(connections: list[McpConnection]) -> None:
-    """Start every server at once; the first failure, in the order of the config, is the one reported."""
-    listings = await asyncio.gather(*(c.start() for c in connections), return_exceptions=True)
-    failures = [result for result in listings if isinstance(result, BaseException)]
-    if failures:
-        raise failures[0]
 
 
 class McpConnection:
     """One started server for one run: its session lives in a task of its own (the SDK's task groups
     must be entered and left by one task), which ends when the run closes it."""
 
-    def __init__(
-        self,
-        name: str,
-        config: McpServer,
-        workdir: Path,
-        extra_env: Mapping[str, str] | None = None,
-        jail: Sequence[str] = (),
-    ) -> None:
-        self.name, self.config, self.workdir, self.extra_env, self.jail = name, config, workdir, extra_env, jail
+    def __init__(self, name: str, config: McpServer, workdir: Path, jail: Sequence[str] = ()) -> None:
+        self.name, self.config, self.workdir, self.jail = name, config, workdir, jail
         self.tools: list[Any] = []
         self.client: Any = None
         self.process: Any = None
@@ -251,7 +240,7 @@ class McpConnection:
             config.command or "",
             *config.args,
             cwd=cwd,
-            env=scrub_env(config.env, self.extra_env),
+            env=scrub_env(config.env),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
