@@ -14,7 +14,8 @@ FEEDBACK = """Attempt {attempt} is not accepted yet: {failed} of {total} accepta
 {changes}
 {checks}
 
-Fix the cause and finish again."""
+The task is not done. Do not explain or apologise: call the tools now to change the files so that \
+these checks pass (read a file first if you need to see it). When the change is made, stop with a short summary."""
 
 FEEDBACK_CHANGES = "Newly failing: {new}. Fixed since the last attempt: {fixed}."
 
@@ -22,6 +23,25 @@ FAILED_CHECK = """## {name}
 command: {command}
 {status}
 {output}"""
+
+SILENT_CHECK = "exit code {exit_code}, and the command printed nothing. What it reads:"
+
+CHECK_FILE = """{path} ({size} bytes):
+```
+{content}
+```{more}"""
+
+CHECK_FILE_MORE = "(more follows)"
+
+CHECK_FILE_MISSING = "{path} does not exist."
+
+CHECK_FOLDER = "{path}/ holds: {entries}"
+
+NUDGE = """You called no tool, so nothing changed and the checks above still fail. \
+Call a tool now ({tools}) to fix the files; an answer in words does not change them."""
+
+TEXT_CALL_NOT_RUN = """Your message holds a tool call written as text ({names}); it was not executed. \
+Call tools through the tool-calling interface, not in the message text."""
 
 FRESH_CONTEXT = """{prompt}
 

@@ -35,8 +35,8 @@ FORCED: tuple[StopReason, ...] = ("max_steps", "max_tokens", "max_cost", "timeou
 class Event:
     """Every kind of event a run emits to its observers and its transcript, with the data it carries.
 
-    The work loop emits STEP, REPLY, MESSAGE, TOOL_CALL, TOOL_RESULT, NUDGE and STOPPED; the verify loop
-    emits RUN, TRIGGER, PRICE_UNKNOWN, ATTEMPT, CHECK, FEEDBACK, BEFORE_RETRY and OUTCOME.
+    The work loop emits STEP, REPLY, MESSAGE, TOOL_CALL, TOOL_RESULT, TEXT_TOOL_CALL, NUDGE and STOPPED; the
+    verify loop emits RUN, TRIGGER, PRICE_UNKNOWN, ATTEMPT, CHECK, FEEDBACK, BEFORE_RETRY and OUTCOME.
     """
 
     RUN = "run"
@@ -59,6 +59,8 @@ class Event:
     """A tool call ended: step, id, name, summary, output, duration_s."""
     NUDGE = "nudge"
     """The model stopped without acting after feedback and was told to use the tools: step, text."""
+    TEXT_TOOL_CALL = "text_tool_call"
+    """A reply wrote tool calls as text: step, names, content (what it wrote), executed (run as calls, or not)."""
     STOPPED = "stopped"
     """The work loop ended: reason (a StopReason), steps, tokens, error."""
     CHECK = "check"

@@ -308,7 +308,7 @@ def test_a_waiting_run_survives_the_death_of_its_process(proj, server):
 
 
 def test_before_retry_runs_before_each_retry(proj, server):
-    haiku_goal(proj, max_attempts=3, before_retry="echo reset >> retries.log; rm -f haiku.txt")
+    haiku_goal(proj, max_attempts=3, nudge=False, before_retry="echo reset >> retries.log; rm -f haiku.txt")
     server.add(write(TWO), {"content": "a"}, {"content": "b"}, write(THREE), {"content": "c"})
     out = proj.cli_json("goal", "haiku")
     assert (out["outcome"], out["attempts"]) == ("achieved", 3)
@@ -327,7 +327,7 @@ def test_fresh_context_starts_a_new_conversation(proj, server):
 
 
 def test_stuck_ends_early(proj, server):
-    haiku_goal(proj, max_attempts=5, stuck_after=2)
+    haiku_goal(proj, max_attempts=5, stuck_after=2, nudge=False)
     server.add(write(TWO), {"content": "a"}, {"content": "b"})
     out = proj.cli_json("goal", "haiku")
     assert (out["exit_code"], out["outcome"], out["attempts"]) == (1, "stuck", 2)

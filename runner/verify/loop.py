@@ -117,7 +117,7 @@ class Verifier:
         self.started = time.monotonic()
         self.model: Model | None = None
         self.judge: Model | None = None
-        self.feedback = Feedback()
+        self.feedback = Feedback(goal.workpath)
         self.work: WorkLoop | None = None
         self.pricer: Pricer | None = None
         self.entry_id: str | None = None
@@ -134,7 +134,8 @@ class Verifier:
                 results = await self._checks(0)
                 if all(r.passed for r in results):
                     return self._finish("satisfied")
-                first_feedback = prompts.CHECKS_FAILED_BEFORE_WORK.format(checks=describe_failures(results))
+                checks = describe_failures(results, goal.workpath)
+                first_feedback = prompts.CHECKS_FAILED_BEFORE_WORK.format(checks=checks)
             self.model = Model.open(goal.model, goal.root)
             self.pricer = Pricer.for_model(goal.model, str(self.model.client.base_url))
             if not self.pricer.known:
@@ -163,7 +164,9 @@ class Verifier:
             self._begin_attempt(attempt, last)
             snapshot = Snapshot.take(goal)
             assert self.model is not None
-            self.work = WorkLoop(self.model, toolbox, goal.limits, self.record, self.pricer)
+            after_feedback = attempt > first or first_feedback is not None
+            nudge = prompts.NUDGE.format(tools=", ".join(toolbox.tools)) if verify.nudge and after_feedback else None
+            self.work = WorkLoop(self.model, toolbox, goal.limits, self.record, self.pricer, nudge=nudge)
             work = await self.work.run(messages)
             self._end_attempt(attempt, work)
             changed = snapshot.changes()

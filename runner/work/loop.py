@@ -2,6 +2,12 @@
 
     call the model -> append its message -> no tool calls? stop -> run the calls -> append results -> limits
 
+Two things keep a weak model's turn from being wasted. A reply that writes its tool calls as text
+(`textcalls`) is run as those calls, its message rewritten into a proper tool call so the provider
+sees a valid history (`model.text_tool_calls: auto`), or answered that nothing was executed (`off`).
+And a loop given a `nudge` (the verify loop gives one after feedback) answers it once, when the
+model ends its turn without having called a single tool, instead of ending the attempt.
+
 A limit, a provider failure or a cut-off reply ends the loop with a `StopReason` and the messages so
 far; nothing the model causes raises. The loop knows nothing of checks or schedules, and never
 prints: it tells an `Observer` what happens.
@@ -15,9 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import prompts
 from ..config import Limits
 from ..errors import ProviderError
 from ..vocabulary import FORCED, Event, StopReason
+from . import textcalls
 from .cost import Pricer
 from .model import Model, Reply
 from .tools import Toolbox, describe_call
@@ -56,9 +64,13 @@ class WorkLoop:
     observe: Observer = ignore
     pricer: Pricer | None = None
     """Prices each reply (cost per step in the `reply` event, `limits.max_cost`); None counts tokens only."""
+    nudge: str | None = None
+    """Said once when the model ends its turn with no tool called in this attempt; None: the turn ends it."""
     started: float = field(default_factory=time.monotonic)
     result: WorkResult | None = None
     """The attempt so far, readable by the caller even when the loop is cancelled."""
+    _called_tools: bool = field(default=False, init=False, repr=False)
+    _gave_nudge: bool = field(default=False, init=False, repr=False)
 
     async def run(self, messages: list[dict[str, Any]]) -> WorkResult:
         result = self.result = WorkResult("completed", messages)
@@ -77,10 +89,16 @@ class WorkLoop:
                     Event.REPLY,
                     {"step": result.steps, "finish_reason": reply.finish_reason, "usage": reply.usage, "cost": cost},
                 )
+                written = self._text_calls(result.steps, reply)
                 self._append(messages, reply.message)
                 if reply.message.get("content"):
                     result.final_message = reply.message["content"]
+                if written:
+                    self._append(messages, {"role": "user", "content": written})
+                    continue
                 if not reply.tool_calls:
+                    if reply.finish_reason != "length" and self._nudged(result.steps, messages):
+                        continue
                     result.stop_reason = "length" if reply.finish_reason == "length" else "completed"
                     break
                 await self._within_time(self._run_tools(result.steps, reply, messages))
@@ -99,6 +117,42 @@ class WorkLoop:
             {"reason": result.stop_reason, "steps": result.steps, "tokens": result.tokens, "error": result.error},
         )
         return result
+
+    def _text_calls(self, step: int, reply: Reply) -> str | None:
+        """Tool calls written as text: made real calls (`auto`), or the words telling the model they did not run."""
+        if reply.tool_calls or reply.finish_reason == "length":
+            return None
+        content = reply.message.get("content")
+        calls = textcalls.find_calls(content, self.toolbox.tools)
+        if not calls:
+            return None
+        run = self.model.config.text_tool_calls == "auto"
+        names = [call.name for call in calls]
+        self.observe(Event.TEXT_TOOL_CALL, {"step": step, "names": names, "content": content, "executed": run})
+        if not run:
+            return prompts.TEXT_CALL_NOT_RUN.format(names=", ".join(names))
+        reply.message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": f"text_call_{step}_{i}",
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for i, c in enumerate(calls, 1)
+            ],
+        }
+        return None
+
+    def _nudged(self, step: int, messages: list[dict[str, Any]]) -> bool:
+        """Answer a turn that called no tool once with the nudge; False when there is none to give."""
+        if self.nudge is None or self._gave_nudge or self._called_tools:
+            return False
+        self._gave_nudge = True
+        self.observe(Event.NUDGE, {"step": step, "text": self.nudge})
+        self._append(messages, {"role": "user", "content": self.nudge})
+        return True
 
     def _limit_hit(self, result: WorkResult) -> StopReason | None:
         if result.steps >= self.limits.max_steps:
@@ -125,6 +179,7 @@ class WorkLoop:
     async def _run_tools(self, step: int, reply: Reply, messages: list[dict[str, Any]]) -> None:
         """Run a round's calls concurrently; append the results in the order of the calls."""
         calls = reply.tool_calls
+        self._called_tools = True
         outputs = await asyncio.gather(*(self._run_tool(step, call) for call in calls))
         for call, output in zip(calls, outputs, strict=True):
             self._append(messages, {"role": "tool", "tool_call_id": call["id"], "content": output})

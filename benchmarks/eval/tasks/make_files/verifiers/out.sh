@@ -1,0 +1,4 @@
+set -e
+for x in a b c; do
+  test "$(cat out/$x.txt)" = "$x"
+done

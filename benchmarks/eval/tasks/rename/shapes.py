@@ -1,0 +1,3 @@
+def area(width, height):
+    """The area of a rectangle."""
+    return width * height

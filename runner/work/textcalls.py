@@ -1,0 +1,133 @@
+"""Tool calls a model wrote as text instead of through the protocol's `tool_calls`.
+
+Small open models (and sometimes strong ones) put a call in their message content: a `<tool_call>`
+block, a fenced ```json block, or a bare object, often with single quotes, Python's True/None or a
+trailing comma that a JSON parser refuses. `find_calls` recognises what is plainly a call of one of
+the goal's tools: an object with a known `name` and an `arguments` (or `parameters`) object, or a
+list of such objects. Anything else, an unknown tool name above all, is not a call.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import re
+import tokenize
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+_TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+_FENCED = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n(.*?)(?:\n```|$)", re.S)
+_PY_NAMES = {"true": "True", "false": "False", "null": "None"}
+
+
+@dataclass
+class TextCall:
+    """One call found in the text: a known tool name and its arguments, encoded as JSON."""
+
+    name: str
+    arguments: str
+
+
+def find_calls(content: str | None, names: Collection[str]) -> list[TextCall]:
+    """The tool calls written in `content`, if it holds any call of a tool in `names`; else []."""
+    if not content or not names or not any(name in content for name in names):
+        return []
+    for candidate in _candidates(content):
+        calls = _as_calls(_loads(candidate), names)
+        if calls:
+            return calls
+    return []
+
+
+def _candidates(content: str) -> Iterator[str]:
+    """Tagged blocks first, then fenced blocks, then every balanced {...} or [...] in the text."""
+    tagged = _TAGGED.findall(content)
+    if tagged:
+        yield _joined(tagged)
+    fenced = _FENCED.findall(content)
+    if fenced:
+        yield _joined(fenced)
+    for start, char in enumerate(content):
+        if char in "{[":
+            end = _balanced_end(content, start)
+            if end is not None:
+                yield content[start:end]
+
+
+def _joined(blocks: list[str]) -> str:
+    """Several blocks of one reply: one object each -> one list of them."""
+    return blocks[0] if len(blocks) == 1 else "[" + ",".join(blocks) + "]"
+
+
+def _balanced_end(text: str, start: int) -> int | None:
+    """The end of the bracketed value starting at `start`, skipping strings in either quote; None if unclosed."""
+    depth, quote, escaped = 0, "", False
+    for i in range(start, len(text)):
+        char = text[i]
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return None
+
+
+def _loads(text: str) -> Any:
+    """JSON, else a Python literal (single quotes, True/None, trailing commas, true/false/null); None if neither."""
+    text = text.strip()
+    try:
+        return json.JSONDecoder(strict=False).decode(text)
+    except ValueError:
+        pass
+    try:
+        return ast.literal_eval(_python_names(text))
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError, tokenize.TokenError):
+        return None
+
+
+def _python_names(text: str) -> str:
+    """`true`/`false`/`null` outside strings -> True/False/None, so ast.literal_eval reads JSON-ish text."""
+    tokens = []
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.NAME and token.string in _PY_NAMES:
+            token = token._replace(string=_PY_NAMES[token.string])
+        tokens.append(token)
+    return tokenize.untokenize(tokens)
+
+
+def _as_calls(value: Any, names: Collection[str]) -> list[TextCall]:
+    """One call object or a list of them; [] unless every item is a call of a known tool."""
+    items = value if isinstance(value, list) else [value]
+    calls = [_as_call(item, names) for item in items]
+    if not calls or any(call is None for call in calls):
+        return []
+    return [call for call in calls if call is not None]
+
+
+def _as_call(item: Any, names: Collection[str]) -> TextCall | None:
+    if not isinstance(item, dict):
+        return None
+    if isinstance(item.get("function"), dict) and "name" not in item:  # {"type": "function", "function": {...}}
+        item = item["function"]
+    name = item.get("name")
+    if not isinstance(name, str) or name not in names:
+        return None
+    arguments = item.get("arguments", item.get("parameters"))
+    if isinstance(arguments, str):
+        arguments = _loads(arguments)
+    if not isinstance(arguments, dict):
+        return None
+    return TextCall(name, json.dumps(arguments, ensure_ascii=False))
