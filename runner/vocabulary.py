@@ -69,6 +69,9 @@ class Event:
     """The failed checks' feedback to the model: attempt, text."""
     BEFORE_RETRY = "before_retry"
     """verify.before_retry ran: command, exit_code, output."""
+    CLAIM_WAIT = "claim_wait"
+    """The run waits for other runs of the project whose goals may write what it protects, or protect what
+    it may write (the tamper lock): runs (their ids)."""
     OUTCOME = "outcome"
     """The run ended: outcome, error, attempts, steps, tokens, cost_usd, duration_s."""
 

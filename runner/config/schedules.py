@@ -122,8 +122,8 @@ def _zone(name: str) -> Any:
 
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown time zone {name!r} (expected a name like Europe/Paris)") from None
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long for a file name
+        raise ValueError(f"unknown time zone {name[:80]!r} (expected a name like Europe/Paris)") from None
 
 
 def load_schedules(project: Project, goals: dict[str, Goal], goal_names: set[str] | None = None) -> list[Entry]:

@@ -160,8 +160,9 @@ def read_yaml(path: Path, root: Path | None = None, environ: dict[str, str] | No
     return doc
 
 
-MAX_BYTES = 1_000_000
-"""A goal, schedule or runner.yaml file larger than this is refused before parsing."""
+MAX_BYTES = 256 * 1024
+"""A goal, schedule or runner.yaml file larger than this is refused before parsing (PyYAML reads ~50 KB/s of
+the worst text; a prompt this long would be ~60k tokens)."""
 MAX_DEPTH = 100
 """Nesting deeper than this is refused (PyYAML and the validators recurse; configs need a handful of levels)."""
 MAX_NODES = 100_000
@@ -173,16 +174,18 @@ def screen_yaml(text: str, shown: str) -> None:
     """Refuse, before anything is built, what would hang or exhaust the loader: a huge file, control
     characters, nesting beyond MAX_DEPTH, recursive aliases, an alias bomb, an integer too long to convert.
 
-    One pass over the parser's events (PyYAML's parser is iterative; its composer and constructor recurse).
+    One pass over the parser's events (libyaml's where installed; PyYAML's parser is iterative, its composer
+    and constructor recurse).
     A syntax error is left to the loader, which reports it with its line.
     """
     if len(text) > MAX_BYTES:
         raise ConfigError(f"{shown}: the file is larger than {MAX_BYTES:,} bytes; a configuration file is small")
+    _screen_brackets(text, shown)
     sizes: dict[str, int] = {}
     open_nodes: list[list[Any]] = []  # [anchor, values so far] of each collection being read
     total = 0
     try:
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        for event in yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
             line = event.start_mark.line + 1 if event.start_mark else 1
             if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 open_nodes.append([event.anchor, 1])
@@ -219,6 +222,28 @@ def screen_yaml(text: str, shown: str) -> None:
         ) from None
     except yaml.YAMLError:
         return
+
+
+_BRACKETS = re.compile(r"[\[\]{}\n]")
+
+
+def _screen_brackets(text: str, shown: str) -> None:
+    """Refuse flow nesting (`[[[[...`, `{{{{...`) deeper than MAX_DEPTH before PyYAML's scanner sees it: the
+    scanner's look-ahead over open flow levels takes quadratic time (1,200 brackets take seconds).
+
+    Brackets inside quotes and comments count too: no configuration holds a hundred unclosed ones.
+    """
+    depth, line = 0, 1
+    for match in _BRACKETS.finditer(text):
+        token = match.group()
+        if token == "\n":
+            line += 1
+        elif token in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ConfigError(f"{shown}:{line}: nested deeper than {MAX_DEPTH} levels")
+        else:
+            depth = max(depth - 1, 0)
 
 
 def _construct(loader: yaml.SafeLoader, node: yaml.Node | None, shown: str) -> Any:

@@ -10,6 +10,7 @@ store and the transcript as it happens. The verify loop knows nothing of the dae
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,7 @@ from .approval import StoreApprover
 from .checks import Approver, CheckContext, CheckResult, run_checks
 from .feedback import Feedback, describe_failures, signature
 from .resume import Resume
-from .tamper import Snapshot
+from .tamper import Snapshot, claimed
 from .trigger import prompt_block, write_context
 
 
@@ -90,25 +91,53 @@ async def run_goal(
     continues = resume.run_id if resume is not None else None
     if continues:
         store.update_run(run_id, continues=continues)
-    transcript = store.transcript(run_id)
+    result = RunResult(run_id, goal.name, continues=continues)
+    try:
+        transcript = store.transcript(run_id)
+    except OSError as exc:  # an unwritable state folder, no file descriptors left
+        return abandon(store, result, exc)
 
     def record(kind: str, data: dict[str, Any]) -> None:
         transcript.append(kind, data)
         observe(kind, data)
 
-    record(Event.RUN, {"run_id": run_id, "goal": goal.name, "trigger": trigger, "continues": continues})
-    spawned.set(lambda pid, alive: store.track_process(run_id, pid, alive))
-    verifier = Verifier(goal, store, RunResult(run_id, goal.name, continues=continues), record, approver)
-    verifier.entry_id, verifier.resume = entry_id, resume
-    verifier.targets = targets if targets is not None else goal.notify
-    if context is not None:
-        record(Event.TRIGGER, {"context": context})
-        run_env.set({"RUNNER_TRIGGER_FILE": str(write_context(store, run_id, context, goal.root))})
-        verifier.trigger_block = prompt_block(context) if pass_trigger else None
+    verifier = Verifier(goal, store, result, record, approver)
     try:
+        record(Event.RUN, {"run_id": run_id, "goal": goal.name, "trigger": trigger, "continues": continues})
+        spawned.set(lambda pid, alive: store.track_process(run_id, pid, alive))
+        verifier.entry_id, verifier.resume = entry_id, resume
+        verifier.targets = targets if targets is not None else goal.notify
+        if context is not None:
+            record(Event.TRIGGER, {"context": context})
+            run_env.set({"RUNNER_TRIGGER_FILE": str(write_context(store, run_id, context, goal.root))})
+            verifier.trigger_block = prompt_block(context) if pass_trigger else None
         return await verifier.run(goal.verify.checks_first if checks_first is None else checks_first)
+    except Exception as exc:  # recording itself failed (a full disk): the row still gets its outcome
+        return abandon(store, result, exc)
     finally:
-        transcript.close()
+        with contextlib.suppress(OSError):
+            transcript.close()
+
+
+def unexpected(exc: Exception) -> str:
+    """What a user reads when the run failed in a way nothing above caught."""
+    if isinstance(exc, OSError):
+        return f"the run could not go on: {exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "")
+    return f"internal error ({type(exc).__name__}: {exc}); please report it"
+
+
+def abandon(store: Store, result: RunResult, exc: Exception) -> RunResult:
+    """End the run `error` in the store when even its transcript or recording failed: never left `running`."""
+    result.outcome, result.error = "error", unexpected(exc)
+    counts = {"attempts": result.attempts, "steps": result.steps, "tokens": result.tokens}
+    with contextlib.suppress(Exception):  # a store that cannot be written: the daemon's restart marks it
+        store.finish_run(result.run_id, "error", error=result.error, **counts)
+    return result
+
+
+def _some(paths: list[str], shown: int = 10) -> str:
+    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
+    return ", ".join(paths[:shown]) + more
 
 
 class Verifier:
@@ -141,7 +170,7 @@ class Verifier:
             if not self.pricer.known:
                 self.record(Event.PRICE_UNKNOWN, {"model": goal.model.name, "reason": self.pricer.unknown})
             self.judge = Model.open(goal.judge_model, goal.root) if goal.judge_model else self.model
-            async with Toolbox.open(goal) as toolbox:
+            async with claimed(goal, self.result.run_id, self._waiting), Toolbox.open(goal) as toolbox:
                 return await self._attempts(toolbox, first_feedback)
         except asyncio.CancelledError:
             if self.work is not None and self.work.result is not None:  # cancelled inside the work loop
@@ -149,6 +178,8 @@ class Verifier:
             return self._finish("cancelled", error="cancelled before the goal finished")
         except RunnerError as exc:
             return self._finish("error", error=str(exc))
+        except Exception as exc:  # the last resort: a bug or a failing disk still ends the run with an outcome
+            return self._finish("error", error=unexpected(exc))
         finally:
             for model in {id(m): m for m in (self.model, self.judge) if m is not None}.values():
                 await model.aclose()
@@ -160,26 +191,23 @@ class Verifier:
         first = self.resume.first_attempt if self.resume is not None else 1
         last = first + verify.max_attempts - 1
         failing: list[tuple[Any, ...]] = []
+        snapshot: Snapshot | None = None
         for attempt in range(first, last + 1):
             self._begin_attempt(attempt, last)
-            snapshot = Snapshot.take(goal)
+            snapshot = snapshot or Snapshot.take(goal)  # kept across attempts: a change between them counts too
             assert self.model is not None
             after_feedback = attempt > first or first_feedback is not None
             nudge = prompts.NUDGE.format(tools=", ".join(toolbox.tools)) if verify.nudge and after_feedback else None
             self.work = WorkLoop(self.model, toolbox, goal.limits, self.record, self.pricer, nudge=nudge)
             work = await self.work.run(messages)
             self._end_attempt(attempt, work)
-            changed = snapshot.changes()
-            if changed:
-                snapshot.restore(changed)
-                return self._finish(
-                    "tampered",
-                    error=f"the attempt changed protected files: {', '.join(changed)}"
-                    " (their original content was put back)",
-                )
+            if tampered := self._tampered(snapshot, "the attempt"):
+                return tampered
             if work.stop_reason == "error":
                 return self._finish("error", error=work.error)
             results = await self._checks(attempt)
+            if tampered := self._tampered(snapshot, "something while the checks ran"):
+                return tampered
             if not verify.checks:
                 return self._finish("achieved" if work.stop_reason == "completed" else "not_achieved")
             if all(r.passed for r in results):
@@ -194,7 +222,21 @@ class Verifier:
                     "stuck", error=f"the same checks failed the same way {verify.stuck_after} attempts in a row"
                 )
             messages = await self._retry(attempt, results, messages)
+            if verify.before_retry:
+                snapshot = None  # the user's reset command may change protected files; fingerprint anew
         return self._finish("not_achieved")
+
+    def _tampered(self, snapshot: Snapshot, who: str) -> RunResult | None:
+        """The run ends `tampered` when protected paths changed since the snapshot; what changed is put back."""
+        changed = snapshot.changes()
+        if not changed:
+            return None
+        failed = snapshot.restore(changed)
+        put_back = f"; could not put back: {_some(failed)}" if failed else " (their original content was put back)"
+        return self._finish("tampered", error=f"{who} changed protected files: {_some(changed)}{put_back}")
+
+    def _waiting(self, runs: list[str]) -> None:
+        self.record(Event.CLAIM_WAIT, {"runs": runs})
 
     async def _retry(
         self, attempt: int, results: list[CheckResult], messages: list[dict[str, Any]]

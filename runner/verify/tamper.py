@@ -1,95 +1,360 @@
-"""The tamper lock: the user's acceptance scripts and protected paths, fingerprinted and put back if changed."""
+"""The tamper lock: what decides a goal (the acceptance scripts, what the checks read, the protected paths)
+is fingerprinted before an attempt, compared after its work and again after its checks, and put back if changed.
+
+Two runs in one project (the daemon, or two CLIs) share one filesystem. A run claims its protected paths
+for as long as it runs (`Claim`): a run whose goal may write what another run protects, or the other way
+round, waits until that run ends. So a change inside a run's protected paths while it runs was made by that
+run's own attempt (or its checks), and the restore puts back only what changed in that time.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import fcntl
+import fnmatch
+import json
 import os
+import shutil
 import stat
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..config import ALWAYS_PROTECTED, Goal
-from ..work.tools.paths import check_scripts
+from ..work.tools.paths import check_inputs, check_scripts
 
-NOT_LOCKED = {".runner"}
-"""runner's own state changes during a run; the file tools already refuse it."""
+STATE = ".runner"
+"""runner's own state changes during a run: never fingerprinted, never restored."""
+CACHES = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".hypothesis"}
+"""Folders the checks' tools write as they run (bytecode, test caches): not part of what decides."""
+MAX_COPY = 16 * 1024 * 1024
+"""A protected file larger than this is fingerprinted but no copy is kept: a change to it cannot be put back."""
+MAX_COPIES = 256 * 1024 * 1024
+"""Copies kept for one snapshot at most; files past it are fingerprinted only."""
 
-
-Stamp = tuple[int, int, int, int]
-"""(inode, size, mtime_ns, ctime_ns): any write changes ctime, which no unprivileged tool can set back."""
+Stamp = tuple[int, int, int, int, int]
+"""(inode, size, mtime_ns, ctime_ns, mode): any write changes ctime, which no unprivileged tool can set back."""
 
 _contents: dict[str, tuple[Stamp, bytes]] = {}
 """Content of protected files by path, reused while their stamp holds (many runs share one project)."""
+
+
+def protected_patterns(goal: Goal) -> list[str]:
+    """Every path the tamper lock watches, relative to the root: the project's fixed ones, `protect:`, the
+    checks' scripts and (unless `verify.protect_check_inputs` is false) what the checks name as arguments."""
+    fixed = [p for p in ALWAYS_PROTECTED if p != STATE]
+    inputs = [p for p in check_inputs(goal) if not _in_state(p)]
+    return list(dict.fromkeys([*fixed, *goal.protect, *check_scripts(goal), *inputs]))
 
 
 @dataclass
 class Snapshot:
     root: Path
     stamps: dict[str, Stamp]
-    files: dict[str, bytes]
+    files: dict[str, bytes | None]
+    """The content of each regular file; None when it could not be kept (too large, unreadable)."""
     patterns: list[str]
 
     @classmethod
     def take(cls, goal: Goal) -> Snapshot:
-        patterns = [p for p in ALWAYS_PROTECTED if p not in NOT_LOCKED] + goal.protect + check_scripts(goal)
+        patterns = protected_patterns(goal)
         stamps = _stamps(goal.root, patterns)
-        base = f"{goal.root}{os.sep}"
-        return cls(goal.root, stamps, {rel: _content(base + rel, stamp) for rel, stamp in stamps.items()}, patterns)
+        base, kept = f"{goal.root}{os.sep}", 0
+        files: dict[str, bytes | None] = {}
+        for rel, s in stamps.items():
+            if stat.S_ISREG(s[4]):
+                kept += s[1]
+                files[rel] = _content(base + rel, s) if kept <= MAX_COPIES else None
+        return cls(goal.root, stamps, files, patterns)
 
     def changes(self) -> list[str]:
         """Paths created, changed or deleted since the snapshot, relative to the root."""
         now = _stamps(self.root, self.patterns)
         return sorted(p for p in self.stamps.keys() | now.keys() if self.stamps.get(p) != now.get(p))
 
-    def restore(self, paths: list[str]) -> None:
+    def restore(self, paths: list[str]) -> list[str]:
+        """Put `paths` back as they were; what could not be put back, each as `path (why)`."""
+        failed: list[str] = []
         for rel in paths:
-            full = self.root / rel
-            if rel in self.files:
-                full.parent.mkdir(parents=True, exist_ok=True)
-                if full.is_symlink():
-                    full.unlink()
-                full.write_bytes(self.files[rel])
-            elif full.is_file() or full.is_symlink():
-                full.unlink()
+            try:
+                self._put_back(rel)
+            except OSError as exc:
+                failed.append(f"{rel} ({exc.strerror or exc})")
+            except _NoCopy as exc:
+                failed.append(f"{rel} ({exc})")
+        return failed
+
+    def _put_back(self, rel: str) -> None:
+        full = self.root / rel
+        if rel.endswith("/"):  # a folder made unreadable
+            os.chmod(full, stat.S_IMODE(os.lstat(full).st_mode) | stat.S_IRWXU)
+            return
+        if rel not in self.stamps:
+            _remove(full)
+            return
+        content = self.files.get(rel)
+        if content is None:
+            raise _NoCopy(f"no copy was kept: larger than {MAX_COPY // 2**20} MB or unreadable")
+        _make_folders(self.root, rel)
+        _remove(full)
+        fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as file:
+            file.write(content)
+        os.chmod(full, stat.S_IMODE(self.stamps[rel][4]))
+        _contents.pop(str(full), None)
 
 
-def _content(path: str, stamp: Stamp) -> bytes:
+class _NoCopy(Exception):
+    """The original content of a changed file is not known."""
+
+
+def _remove(full: Path) -> None:
+    """Whatever is at `full` now (a file, a symlink, a FIFO, a folder put where a file was) is removed."""
+    try:
+        mode = os.lstat(full).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(full)
+    else:
+        full.unlink()
+
+
+def _make_folders(root: Path, rel: str) -> None:
+    """The folders above `rel` as real folders: a symlink or file put in their place is removed, so a restore
+    never writes through a link the agent made."""
+    folder = root
+    for part in rel.split("/")[:-1]:
+        folder = folder / part
+        try:
+            mode = os.lstat(folder).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and not stat.S_ISDIR(mode):
+            folder.unlink()
+            mode = None
+        if mode is None:
+            folder.mkdir()
+        elif not os.access(folder, os.W_OK | os.X_OK):
+            os.chmod(folder, stat.S_IMODE(mode) | stat.S_IRWXU)
+
+
+def _content(path: str, stamp: Stamp) -> bytes | None:
+    if stamp[1] > MAX_COPY:
+        return None
     cached = _contents.get(path)
     if cached is None or cached[0] != stamp:
-        with open(path, "rb") as file:
-            cached = (stamp, file.read())
+        try:
+            with open(path, "rb") as file:
+                cached = (stamp, file.read())
+        except OSError:
+            return None
         _contents[path] = cached
     return cached[1]
 
 
 def _stamps(root: Path, patterns: list[str]) -> dict[str, Stamp]:
-    """The stamp of every file under the protected patterns, by path relative to the root."""
+    """The stamp of every file (and link, FIFO, ...) under the protected patterns, by path relative to the root."""
     stamps: dict[str, Stamp] = {}
     for pattern in patterns:
         rel = pattern.removesuffix("/**").strip("/")
-        top = root / rel
-        if top.is_dir():
-            _walk(str(top), rel + "/", stamps)
-        elif top.is_file():
-            _add(str(top), rel, stamps)
-        elif any(c in pattern for c in "*?["):
+        if any(c in rel for c in "*?["):
             for path in root.glob(pattern):
                 _add(str(path), path.relative_to(root).as_posix(), stamps)
+            continue
+        top = f"{root}{os.sep}{rel}"
+        try:
+            is_dir = stat.S_ISDIR(os.stat(top).st_mode)
+        except (OSError, ValueError):
+            continue
+        if is_dir:
+            _walk(top, rel + "/", stamps)
+        else:
+            _add(top, rel, stamps)
     return stamps
 
 
 def _walk(folder: str, prefix: str, stamps: dict[str, Stamp]) -> None:
-    with os.scandir(folder) as entries:
-        for entry in entries:
-            if entry.is_dir(follow_symlinks=False):
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        stamps[prefix] = (-1, -1, -1, -1, 0)  # an unreadable folder is a change in itself
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            if entry.name not in CACHES and not _in_state(prefix + entry.name):
                 _walk(entry.path, f"{prefix}{entry.name}/", stamps)
-            else:
-                _add(entry.path, prefix + entry.name, stamps)
+        else:
+            _add(entry.path, prefix + entry.name, stamps)
 
 
 def _add(path: str, rel: str, stamps: dict[str, Stamp]) -> None:
+    if _in_state(rel) or CACHES.intersection(rel.split("/")):
+        return
     try:
-        st = os.stat(path)
+        st = os.stat(path) if os.path.exists(path) else os.lstat(path)  # a link: what it points to
     except OSError:
         return
-    if stat.S_ISREG(st.st_mode):
-        stamps[rel] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if not stat.S_ISDIR(st.st_mode):
+        stamps[rel] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+
+
+def _in_state(rel: str) -> bool:
+    return rel == STATE or rel.startswith(STATE + "/")
+
+
+# Runs side by side: claims on protected paths ----------------------------------------------------------
+
+
+@dataclass
+class Claim:
+    """What one run protects and where its goal may write, as other runs of the project see it."""
+
+    run_id: str
+    goal: str
+    workdir: str
+    """The goal's workdir relative to the root ('' for the root itself)."""
+    protects: list[str]
+    """Its own protected paths (beside the fixed ones every goal shares)."""
+    patterns: list[str]
+    """Everything its file tools refuse to write."""
+
+    @classmethod
+    def of(cls, goal: Goal, run_id: str) -> Claim:
+        root = goal.root.resolve()
+        workdir = goal.workpath.relative_to(root).as_posix() if goal.workpath.is_relative_to(root) else "/"
+        patterns = protected_patterns(goal)
+        own = [p for p in patterns if not _fixed(p)]
+        return cls(run_id, goal.name, "" if workdir == "." else workdir, own, [*ALWAYS_PROTECTED, *patterns])
+
+    def clashes(self, other: Claim) -> bool:
+        """Whether either run's goal may write a path the other protects."""
+        return _may_write(other, self.protects) or _may_write(self, other.protects)
+
+
+def _fixed(pattern: str) -> bool:
+    return any(pattern == p or pattern.startswith(p + "/") for p in ALWAYS_PROTECTED)
+
+
+def _may_write(claim: Claim, paths: list[str]) -> bool:
+    for path in paths:
+        base = _literal_prefix(path)
+        inside = claim.workdir == "" or base == claim.workdir or base.startswith(claim.workdir + "/")
+        around = base == "" or claim.workdir.startswith(base + "/")
+        if (inside or around) and not _covered(path, claim.patterns):
+            return True
+    return False
+
+
+def _literal_prefix(pattern: str) -> str:
+    """The folder part of a pattern before its first wildcard: `secrets/*.key` -> `secrets`."""
+    parts = pattern.removesuffix("/**").strip("/").split("/")
+    literal = []
+    for part in parts:
+        if any(c in part for c in "*?["):
+            break
+        literal.append(part)
+    return "/".join(literal)
+
+
+def _covered(path: str, patterns: list[str]) -> bool:
+    """Whether `patterns` protect `path` (the same rule as the file tools' PathGuard)."""
+    for pattern in patterns:
+        base = pattern.rstrip("/").removesuffix("/**")
+        if path == base or path.startswith(base + "/") or fnmatch.fnmatchcase(path, pattern):
+            return True
+    return False
+
+
+WAIT_POLL = 0.2
+"""Seconds between two looks at the claims while waiting for a clashing run to end."""
+
+
+@asynccontextmanager
+async def claimed(goal: Goal, run_id: str, waiting: Callable[[list[str]], None]) -> AsyncIterator[None]:
+    """Hold the run's claim on its protected paths; first wait (telling `waiting` once, with the other runs'
+    ids) while a run whose goal clashes with this one holds its own. A claim whose process died is dropped.
+
+    Claims live in `.runner/tamper/` as one file per run, each held under an exclusive flock by its run.
+    Without a writable state folder there is nothing to share with other runs: the run goes on unclaimed.
+    """
+    folder = goal.root / STATE / "tamper"
+    claim = Claim.of(goal, run_id)
+    fd: int | None = None
+    told = False
+    try:
+        while True:
+            try:
+                clashing, fd = _try_claim(folder, claim)
+            except OSError:
+                break
+            if not clashing:
+                break
+            if not told:
+                waiting(clashing)
+                told = True
+            await asyncio.sleep(WAIT_POLL)
+        yield
+    finally:
+        if fd is not None:
+            _release(folder, claim, fd)
+
+
+def _try_claim(folder: Path, claim: Claim) -> tuple[list[str], int | None]:
+    """Under the project's claim mutex: the runs that clash with `claim`, or none and the held claim file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".mutex", "a") as mutex:
+        fcntl.flock(mutex, fcntl.LOCK_EX)
+        clashing = [other.run_id for other in _live_claims(folder, claim.run_id) if claim.clashes(other)]
+        if clashing:
+            return clashing, None
+        fd = os.open(folder / f"{claim.run_id}.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, json.dumps(vars(claim)).encode())
+        return [], fd
+
+
+def _live_claims(folder: Path, own: str) -> list[Claim]:
+    claims = []
+    for path in folder.glob("*.json"):
+        if path.stem == own:
+            continue
+        data = _held(path)
+        if data is not None:
+            try:
+                claims.append(Claim(**data))
+            except TypeError:
+                continue
+    return claims
+
+
+def _held(path: Path) -> dict[str, Any] | None:
+    """The claim in `path` while its run holds it; a claim left by a dead process is removed."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            with os.fdopen(os.dup(fd), "rb") as file:
+                try:
+                    data = json.loads(file.read())
+                except ValueError:
+                    return None
+            return data if isinstance(data, dict) else None
+        path.unlink(missing_ok=True)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _release(folder: Path, claim: Claim, fd: int) -> None:
+    try:
+        (folder / f"{claim.run_id}.json").unlink(missing_ok=True)
+    except OSError:
+        pass
+    os.close(fd)

@@ -28,7 +28,7 @@ class PathGuard:
 
     @classmethod
     def for_goal(cls, goal: Goal) -> PathGuard:
-        return cls(goal.workpath, goal.root, [*goal.protect, *check_scripts(goal)])
+        return cls(goal.workpath, goal.root, [*goal.protect, *check_scripts(goal), *check_inputs(goal)])
 
     def resolve(self, path: str, *, write: bool = False) -> Path:
         if not isinstance(path, str) or not path.strip():

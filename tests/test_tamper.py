@@ -1,0 +1,218 @@
+"""The tamper lock (issue 9, items 1, 2, 5, 6): what a check reads is protected like its script; a change to a
+protected path during the work, during the checks or by a restore that cannot finish ends the run `tampered`;
+two runs of one project never take each other's work for tampering.
+
+The attacks are the real ones: a scripted agent edits the test instead of the code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+import pytest
+from support import call
+
+from runner.config import load_goal, load_project
+from runner.store import open_store
+from runner.verify import run_goal, tamper
+
+CALC = "def add(a, b):\n    return a - b\n"
+FIXED = "def add(a, b):\n    return a + b\n"
+TEST = "import sys\nsys.path.insert(0, 'src')\nfrom calc import add\n\n\ndef test_add():\n    assert add(2, 2) == 4\n"
+FORGED = "def test_add():\n    pass\n"
+UNIT = """\
+import runpy, sys
+for path in sys.argv[1:]:
+    tests = runpy.run_path(path)
+    for name, test in tests.items():
+        if name.startswith("test_"):
+            test()
+print("ok")
+"""
+PYTEST = f"{sys.executable} -m pytest -q -p no:cacheprovider tests/test_calc.py"
+VERIFIER = "python3 verifiers/unit.py tests/test_calc.py"
+
+
+def calc_project(proj, check: str = VERIFIER, **goal):
+    proj.write("src/calc.py", CALC)
+    proj.write("tests/test_calc.py", TEST)
+    proj.write("verifiers/unit.py", UNIT)
+    verify = {"max_attempts": 1, "checks": [{"name": "unit", "run": check}], **goal.pop("verify", {})}
+    proj.goal("calc", prompt="Fix the bug in src/calc.py so that the test passes.", verify=verify, **goal)
+
+
+def done() -> dict:
+    return {"content": "The test passes now."}
+
+
+@pytest.mark.parametrize("check", [PYTEST, VERIFIER])
+@pytest.mark.parametrize(
+    "attack",
+    [
+        call("write_file", path="tests/test_calc.py", content=FORGED),
+        call("edit_file", path="tests/test_calc.py", old_text="assert add(2, 2) == 4", new_text="pass"),
+    ],
+)
+def test_the_file_tools_refuse_to_edit_the_test_instead_of_the_code(proj, server, check, attack):
+    calc_project(proj, check)
+    server.add({"tool_calls": [attack]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert (out["exit_code"], out["outcome"]) == (1, "not_achieved")
+    assert "protected" in server.requests[1]["messages"][-1]["content"]
+    assert (proj.root / "tests/test_calc.py").read_text() == TEST
+
+
+def test_a_folder_a_check_names_is_protected(proj, server):
+    calc_project(proj, "python3 verifiers/unit.py tests/")
+    server.add({"tool_calls": [call("write_file", path="tests/conftest.py", content="x = 1\n")]}, done())
+    proj.cli_json("goal", "calc")
+    assert "protected" in server.requests[1]["messages"][-1]["content"]
+    assert not (proj.root / "tests/conftest.py").exists()
+
+
+def test_editing_the_test_through_the_shell_is_tampering_and_undone(proj, server):
+    calc_project(proj, sandbox="off")
+    server.add({"tool_calls": [call("shell", command=f"printf '{FORGED}' > tests/test_calc.py")]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert (out["exit_code"], out["outcome"]) == (1, "tampered")
+    assert "tests/test_calc.py" in out["error"] and "put back" in out["error"]
+    assert (proj.root / "tests/test_calc.py").read_text() == TEST
+
+
+def test_in_the_jail_the_shell_cannot_edit_the_test_either(proj, server):
+    calc_project(proj)
+    server.add({"tool_calls": [call("shell", command=f"printf '{FORGED}' > tests/test_calc.py")]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert out["outcome"] in ("not_achieved", "tampered")  # refused by the jail, or caught by the lock
+    assert (proj.root / "tests/test_calc.py").read_text() == TEST
+
+
+def test_fixing_the_code_is_achieved(proj, server):
+    calc_project(proj)
+    server.add({"tool_calls": [call("write_file", path="src/calc.py", content=FIXED)]}, done())
+    assert proj.cli_json("goal", "calc")["outcome"] == "achieved"
+
+
+def test_protect_check_inputs_false_lets_the_agent_write_them(proj, server):
+    calc_project(proj, verify={"protect_check_inputs": False})
+    server.add({"tool_calls": [call("write_file", path="tests/test_calc.py", content=FORGED)]}, done())
+    assert proj.cli_json("goal", "calc")["outcome"] == "achieved"
+    assert (proj.root / "tests/test_calc.py").read_text() == FORGED
+
+
+def test_a_change_while_the_checks_run_is_tampering(proj, server):
+    calc_project(proj, verify={"checks": [{"run": VERIFIER}, {"run": "echo '# forged' >> verifiers/unit.py"}]})
+    server.add({"tool_calls": [call("write_file", path="src/calc.py", content=FIXED)]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert (out["exit_code"], out["outcome"]) == (1, "tampered")
+    assert "while the checks ran" in out["error"] and "verifiers/unit.py" in out["error"]
+    assert (proj.root / "verifiers/unit.py").read_text() == UNIT
+
+
+def test_caches_the_checks_write_are_not_tampering(proj, server):
+    calc_project(proj, PYTEST)  # pytest writes tests/__pycache__ inside the protected folder's neighbourhood
+    proj.write("tests/__pycache__/old.pyc", "stale")
+    server.add({"tool_calls": [call("write_file", path="src/calc.py", content=FIXED)]}, done())
+    assert proj.cli_json("goal", "calc")["outcome"] == "achieved"
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "rm verifiers/unit.py && mkdir -p verifiers/unit.py/inner && echo x > verifiers/unit.py/inner/f",
+        "rm -rf verifiers && ln -s ../outside verifiers",
+        "chmod 000 verifiers/unit.py",
+        "rm verifiers/unit.py && mkfifo verifiers/unit.py",
+    ],
+)
+def test_a_restore_over_what_the_agent_left_puts_the_script_back(proj, server, attack):
+    calc_project(proj, sandbox="off")
+    (proj.root.parent / "outside").mkdir(exist_ok=True)
+    server.add({"tool_calls": [call("shell", command=attack)]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert (out["exit_code"], out["outcome"]) == (1, "tampered")
+    assert (proj.root / "verifiers/unit.py").read_text() == UNIT
+    assert not (proj.root / "verifiers").is_symlink() and not any((proj.root.parent / "outside").iterdir())
+
+
+def test_a_restore_that_cannot_finish_still_ends_tampered(proj, server, monkeypatch):
+    monkeypatch.setattr(tamper, "MAX_COPY", 10)  # no copy of the verifier is kept
+    calc_project(proj, sandbox="off")
+    server.add({"tool_calls": [call("shell", command="echo '# forged' >> verifiers/unit.py")]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert (out["exit_code"], out["outcome"]) == (1, "tampered")
+    assert "could not put back: verifiers/unit.py (no copy was kept" in out["error"]
+    assert [run["outcome"] for run in json.loads(proj.cli("runs", "--json").output)] == ["tampered"]
+
+
+@pytest.mark.parametrize("pattern", [".", "./", "**", "*", ".*", ".runner", ".runner/**", "./.runner/runs.db", ".."])
+def test_protect_patterns_covering_the_project_or_its_state_are_bad_input(proj, pattern):
+    proj.goal("calc", prompt="p", protect=["secrets/**", pattern])
+    result = proj.cli("validate")
+    assert result.exit_code == 2
+    assert result.output.startswith("goals/calc.yaml:2: protect:") and "state folder .runner/" in result.output
+
+
+def test_the_state_folder_is_never_fingerprinted(proj, server):
+    calc_project(proj, verify={"checks": [{"run": f"test -d .runner && {VERIFIER}"}]})
+    server.add({"tool_calls": [call("write_file", path="src/calc.py", content=FIXED)]}, done())
+    assert proj.cli_json("goal", "calc")["outcome"] == "achieved"
+
+
+# Two runs at once in one project ------------------------------------------------------------------------
+
+
+def two_goals(proj, server, *, b_check: str) -> None:
+    """`calc` protects tests/test_calc.py (its check reads it); `tests` writes it, as its task says."""
+    proj.write("src/calc.py", CALC)
+    proj.write("tests/test_calc.py", TEST)
+    proj.write("tests/test_other.py", "def test_nothing():\n    pass\n")
+    proj.write("verifiers/unit.py", UNIT)
+    slow_fix = {"tool_calls": [call("write_file", path="src/calc.py", content=FIXED)], "delay": 0.5}
+    calc_model = {"name": "test-model", "base_url": server.session([slow_fix, done()]), "max_retries": 0}
+    proj.goal("calc", prompt="fix calc", model=calc_model, verify={"checks": [{"run": VERIFIER}]})
+    better = TEST + "\n\ndef test_zero():\n    assert add(0, 0) == 0\n"
+    write = {"tool_calls": [call("write_file", path="tests/test_calc.py", content=better)]}
+    tests_model = {"name": "test-model", "base_url": server.session([write, done()]), "max_retries": 0}
+    proj.goal("tests", prompt="add a test", model=tests_model, verify={"checks": [{"run": b_check}]})
+
+
+async def both(proj) -> list[dict]:
+    project = load_project(proj.root)
+    store = open_store(project)
+    runs = [run_goal(load_goal(project, name), store) for name in ("calc", "tests")]
+    results = await asyncio.gather(*runs)
+    return [{**r.to_json(), "events": store.transcript_events(r.run_id)} for r in results]
+
+
+def test_two_runs_whose_paths_clash_take_turns_and_keep_each_others_work(proj, server):
+    two_goals(proj, server, b_check="python3 verifiers/unit.py tests/test_other.py")
+    calc, tests = asyncio.run(both(proj))
+    assert (calc["outcome"], tests["outcome"]) == ("achieved", "achieved")
+    assert "test_zero" in (proj.root / "tests/test_calc.py").read_text()  # the second goal's work is kept
+    waits = [e for run in (calc, tests) for e in run["events"] if e["kind"] == "claim_wait"]
+    assert len(waits) == 1
+
+
+def test_two_runs_that_do_not_clash_run_side_by_side(proj, server):
+    two_goals(proj, server, b_check=VERIFIER)  # both protect tests/test_calc.py: neither may write it
+    calc, tests = asyncio.run(both(proj))
+    assert calc["outcome"] == "achieved"
+    assert (proj.root / "tests/test_calc.py").read_text() == TEST  # protected for both: refused
+    assert not [e for run in (calc, tests) for e in run["events"] if e["kind"] == "claim_wait"]
+
+
+def test_a_claim_left_by_a_dead_process_is_dropped(proj, server):
+    calc_project(proj)
+    folder = proj.root / ".runner/tamper"
+    folder.mkdir(parents=True)
+    stale = {"run_id": "dead", "goal": "other", "workdir": "", "protects": ["src/calc.py"], "patterns": []}
+    (folder / "dead.json").write_text(json.dumps(stale))
+    server.add({"tool_calls": [call("write_file", path="src/calc.py", content=FIXED)]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert out["outcome"] == "achieved"
+    assert not (folder / "dead.json").exists()
+    assert os.listdir(folder) == [".mutex"]
