@@ -317,3 +317,14 @@ def test_the_daemon_serves_the_dashboard_beside_its_work_when_asked(proj):
     proj.write("runner.yaml", {"model": {"name": "m"}, "daemon": {"ui": {"host": "0.0.0.0"}}})
     with pytest.raises(ConfigError, match=r"daemon\.ui\.token"):
         asyncio.run(alongside(load_project(proj.root), daemon_work()))
+
+
+def test_static_assets_ship_with_the_package_and_a_broken_file_is_named_not_fatal(proj, client):
+    script = client.get("/static/live.js")
+    assert script.status_code == 200 and "EventSource" in script.text
+    assert client.get("/static/style.css").status_code == 200
+    proj.goal("good", prompt="fine")
+    proj.write("goals/bad.yaml", "prompt: [unclosed\n")
+    page = client.get("/")
+    assert page.status_code == 200 and "goals/bad.yaml:" in page.text and "runner validate" in page.text
+    assert client.get("/runs").status_code == 200

@@ -72,9 +72,9 @@ def page() -> Iterator[object]:
             browser.close()
 
 
-def shot(page, name: str) -> None:
+def shot(page, name: str, full_page: bool = True) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=full_page)
 
 
 def write_goals(proj) -> None:
@@ -96,8 +96,15 @@ def seed_history(proj, goal: str) -> None:
         for n in range(day % 3 + 1):
             run_id = store.new_run(goal, "every")
             store.finish_run(run_id, outcomes[(day + n) % len(outcomes)], tokens=1500 + 700 * ((day * 7 + n) % 5))
-            when = datetime.now(timezone.utc) - timedelta(days=day, hours=n)
-            store.update_run(run_id, started=when.isoformat(timespec="milliseconds"))
+            began = datetime.now(timezone.utc) - timedelta(days=day, hours=n)
+            ended = began + timedelta(seconds=20 + 9 * n + day)
+            store.update_run(
+                run_id,
+                started=began.isoformat(timespec="milliseconds"),
+                ended=ended.isoformat(timespec="milliseconds"),
+                attempts=1 + n % 2,
+                steps=3 + day % 4,
+            )
 
 
 def latest_run(proj, goal: str, outcome: str | None = None) -> dict:
@@ -155,7 +162,7 @@ def test_a_person_watches_follows_and_approves_runs(proj, server, dashboard, pag
 
     page.goto(dashboard + "/runs")
     sync_api.expect(page.locator("table.runs")).to_contain_text("slow")
-    shot(page, "runs")
+    shot(page, "runs", full_page=False)
 
     # a run waiting for a person: approve it from the approvals page, then watch it finish
     server.add({"tool_calls": [call("write_file", path="notes.txt", content="v1")]}, {"content": "notes written"})

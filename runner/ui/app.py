@@ -2,7 +2,8 @@
 
 Every page is rendered on the server from the store and the project's files; the only script is
 static/live.js, which swaps in a running run's page as the server sends it (server-sent events).
-Store calls are short indexed queries made on the event loop: a SQLite connection stays on one thread.
+Store calls are short indexed queries made where the request is handled; each thread opens its own
+store (a SQLite connection serves only the thread that opened it).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import AsyncIterator
 from datetime import datetime
 from functools import partial
@@ -61,13 +63,15 @@ def create_app(project: Project, token: str | None = None, host: str = "127.0.0.
 
 
 class Dashboard:
+    """The handlers of one project's dashboard, with its store, its catalog of goals and its templates."""
+
     def __init__(self, project: Project, token: str | None) -> None:
         self.project = project
         self._local = threading.local()
         self.catalogs = pages.Catalogs(project)
         self.mask = Masker([token, project.settings.daemon.webhook.secret])
         self.templates = Environment(
-            loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True)
+            loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True), auto_reload=False
         )
         self.templates.globals.update(symbol=outcomes.symbol, label=outcomes.label, group=outcomes.group_of)
         self.templates.filters.update(when=_when, number=_number, money=_money, duration=_duration)
@@ -99,7 +103,7 @@ class Dashboard:
             chosen=chosen,
             last=last,
             goals=names,
-            outcomes=list(outcomes.SYMBOLS),
+            outcomes=outcomes.CHOICES,
         )
 
     async def run(self, request: Request) -> Response:
@@ -107,6 +111,8 @@ class Dashboard:
 
     async def approvals(self, request: Request) -> Response:
         rows = self.store.find_runs(outcome="awaiting_approval", limit=200)
+        for row in rows:
+            row["final_message"] = self.mask(row.get("final_message") or "") or None
         return self.render(request, "approvals.html", rows=rows)
 
     async def charts(self, request: Request) -> Response:
@@ -129,6 +135,7 @@ class Dashboard:
     async def _follow(self, run_id: str, csrf: str) -> AsyncIterator[str]:
         seen: tuple[Any, ...] = ()
         while True:
+            started = time.perf_counter()
             run = self.store.run(run_id)
             stamp = (self._transcript_stamp(run_id), run["outcome"], run["ended"], len(run["checks"]))
             if stamp != seen:
@@ -139,7 +146,8 @@ class Dashboard:
             if run["outcome"] not in outcomes.LIVE:
                 yield _event("end", run["outcome"])
                 return
-            await asyncio.sleep(LIVE_POLL)
+            # a long transcript costs more to render: wait longer, so one reader never takes more than ~1/5 of a core
+            await asyncio.sleep(max(LIVE_POLL, 4 * (time.perf_counter() - started)))
 
     def _transcript_stamp(self, run_id: str) -> Any:
         """What changes when the transcript grows: a file's size where the store keeps files, else its events."""
@@ -238,7 +246,9 @@ def _duration(run: dict[str, Any]) -> str:
     if not run.get("started") or not run.get("ended"):
         return "-"
     seconds = (datetime.fromisoformat(run["ended"]) - datetime.fromisoformat(run["started"])).total_seconds()
-    return f"{seconds:.1f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    return f"{seconds / 60:.0f}m" if seconds < 7200 else f"{seconds / 3600:.1f}h"
 
 
 def _number(value: Any) -> str:

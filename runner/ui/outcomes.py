@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..vocabulary import OUTCOMES, RUNNING
+
 SYMBOLS = {
     "achieved": "✓",
     "satisfied": "✓",
@@ -28,8 +30,10 @@ _GROUP = {
     "cancelled": "broken",
     "interrupted": "broken",
 }
-LIVE = ("running", "awaiting_approval")
+LIVE = (RUNNING, "awaiting_approval")
 """Outcomes of a run that is not over: its page follows it."""
+CHOICES = (*OUTCOMES, RUNNING)
+"""What the runs page filters on."""
 
 
 def group_of(outcome: str) -> str:

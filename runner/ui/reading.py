@@ -212,8 +212,11 @@ def _describe(event: dict[str, Any]) -> tuple[str, str]:
     if kind == Event.PRICE_UNKNOWN:
         return "cost", str(event.get("reason", ""))
     rest = {k: v for k, v in event.items() if k not in ("at", "kind")}
-    if kind == Event.TRIGGER or "fired" in rest:  # a trigger's context may carry its own `kind`
-        return "trigger", f"{kind} " + ", ".join(f"{k} {_short(v)}" for k, v in rest.items())
+    if kind == Event.TRIGGER and isinstance(rest.get("context"), dict):
+        rest = rest["context"]
+    if kind == Event.TRIGGER or "fired" in rest:  # older transcripts: the context's own `kind` took the event's
+        head = rest.pop("kind", kind)
+        return "trigger", f"{head} " + ", ".join(f"{k} {_short(v)}" for k, v in rest.items())
     return kind.replace("_", " "), json.dumps(rest, ensure_ascii=False, default=str)[:2_000]
 
 
