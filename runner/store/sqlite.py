@@ -22,6 +22,7 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE INDEX IF NOT EXISTS runs_goal ON runs (goal, started);
 CREATE INDEX IF NOT EXISTS runs_started ON runs (started);
 CREATE INDEX IF NOT EXISTS runs_outcome ON runs (outcome, started);
+CREATE INDEX IF NOT EXISTS runs_goal_outcome ON runs (goal, outcome, started);
 CREATE TABLE IF NOT EXISTS attempts (
     run_id TEXT NOT NULL, number INTEGER NOT NULL, stop_reason TEXT, steps INTEGER, tokens INTEGER,
     started TEXT, ended TEXT, PRIMARY KEY (run_id, number)
