@@ -140,8 +140,8 @@ class SqliteStore(Store):
             raise UnknownRun(f"no run with id {run_id!r} in {self.dir / 'runs.db'} (see `runner runs`)")
         if len(rows) > 1:
             listed = "\n".join(f"  {r['id']}  {r['goal']}  {r['outcome']}" for r in rows[:20])
-            more = f"\n  ... and {len(rows) - 20} more" if len(rows) > 20 else ""
-            raise UnknownRun(f"{len(rows)} runs start with {run_id!r}; give more of the id:\n{listed}{more}")
+            count = "more than 20" if len(rows) > 20 else str(len(rows))
+            raise UnknownRun(f"{count} runs start with {run_id!r}; give more of the id:\n{listed}")
         run = dict(rows[0])
         run["run_id"] = run["id"]
         run["attempt_rows"] = [
@@ -154,11 +154,15 @@ class SqliteStore(Store):
         return run
 
     def runs(self, goal: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
-        sql = "SELECT * FROM runs" + (" WHERE goal = ?" if goal else "") + " ORDER BY started, rowid"
-        rows = [dict(r) for r in self._exec(sql, (goal,) if goal else ())]
+        where, args = (" WHERE goal = ?", (goal,)) if goal else ("", ())
+        if limit:  # the newest `limit` through the index, not every row
+            sql = f"SELECT * FROM runs{where} ORDER BY started DESC, rowid DESC LIMIT ?"
+            rows = [dict(r) for r in self._exec(sql, (*args, limit))][::-1]
+        else:
+            rows = [dict(r) for r in self._exec(f"SELECT * FROM runs{where} ORDER BY started, rowid", args)]
         for row in rows:
             row["run_id"] = row["id"]
-        return rows[-limit:] if limit else rows
+        return rows
 
     def find_runs(
         self,
