@@ -36,11 +36,13 @@ class Event:
     """Every kind of event a run emits to its observers and its transcript, with the data it carries.
 
     The work loop emits STEP, REPLY, MESSAGE, TOOL_CALL, TOOL_RESULT, TEXT_TOOL_CALL, NUDGE and STOPPED; the
-    verify loop emits RUN, TRIGGER, PRICE_UNKNOWN, ATTEMPT, CHECK, FEEDBACK, BEFORE_RETRY and OUTCOME.
+    verify loop emits RUN, SANDBOX, TRIGGER, PRICE_UNKNOWN, ATTEMPT, CHECK, FEEDBACK, BEFORE_RETRY and OUTCOME.
     """
 
     RUN = "run"
     """A run began: run_id, goal, trigger, continues (the run it picks back up, or None)."""
+    SANDBOX = "sandbox"
+    """Where the agent's processes run: status (the bubblewrap jail, or off and why)."""
     TRIGGER = "trigger"
     """What triggered the run (DESIGN 10): context (as written to trigger.json: kind, entry, fired, ...)."""
     PRICE_UNKNOWN = "price_unknown"

@@ -240,3 +240,18 @@ def test_a_check_with_output_keeps_its_output_and_shows_no_files(proj, server):
     proj.cli_json("goal", "total")
     feedback = server.requests[2]["messages"][-1]["content"]
     assert "exit code 1\n42" in feedback and "printed nothing" not in feedback and "(3 bytes)" not in feedback
+
+
+def test_the_terminal_shows_the_nudge_and_the_text_call(proj, server):
+    total_goal(proj)
+    server.add(
+        {"content": TEXT_CALL.replace("41", "42")},
+        {"content": "done"},
+        PROSE,
+        write("total.txt", "41\n"),
+        {"content": "ok"},
+    )
+    shown = proj.subprocess("goal", "total")
+    assert shown.returncode == 0
+    assert "tool call written as text (write_file): run as calls" in shown.stderr
+    assert "no tool called after feedback: told to use the tools" in shown.stderr

@@ -136,6 +136,16 @@ class Display:
             shown = "\n".join(f"      {line}" for line in head_and_tail(output, FEEDBACK_LINES).splitlines())
             self.console.print(f"[dim]{escape(shown)}[/]")
 
+    def _nudge(self, data: dict[str, Any]) -> None:
+        self.idle()
+        self.console.print(f"  step {data['step']}  [yellow]no tool called after feedback: told to use the tools[/]")
+
+    def _text_tool_call(self, data: dict[str, Any]) -> None:
+        self.idle()
+        what = "run as calls" if data["executed"] else "not run (text_tool_calls: off)"
+        names = escape(", ".join(data["names"]))
+        self.console.print(f"  step {data['step']}  [yellow]tool call written as text ({names}): {what}[/]")
+
     def _feedback(self, data: dict[str, Any]) -> None:
         shown = "\n".join(f"    {line}" for line in head_and_tail(data["text"], FEEDBACK_LINES).splitlines())
         self.console.print(f"  [dim]feedback sent back to the model:\n{escape(shown)}[/]")

@@ -20,7 +20,15 @@ from typing import Any
 
 _TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
 _FENCED = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n(.*?)(?:\n```|$)", re.S)
+_OPENING = re.compile(r"[\[{](?=\s*[\"'{])")
+"""Where a bare object (or list of objects) may start: a bracket before a quoted key or an object."""
 _PY_NAMES = {"true": "True", "false": "False", "null": "None"}
+
+
+MAX_CONTENT = 200_000
+"""Longer replies are not searched for calls."""
+MAX_BARE = 50
+"""Bare objects of one reply tried as calls, in order."""
 
 
 @dataclass
@@ -33,7 +41,7 @@ class TextCall:
 
 def find_calls(content: str | None, names: Collection[str]) -> list[TextCall]:
     """The tool calls written in `content`, if it holds any call of a tool in `names`; else []."""
-    if not content or not names or not any(name in content for name in names):
+    if not content or len(content) > MAX_CONTENT or not any(name in content for name in names):
         return []
     for candidate in _candidates(content):
         calls = _as_calls(_loads(candidate), names)
@@ -50,11 +58,10 @@ def _candidates(content: str) -> Iterator[str]:
     fenced = _FENCED.findall(content)
     if fenced:
         yield _joined(fenced)
-    for start, char in enumerate(content):
-        if char in "{[":
-            end = _balanced_end(content, start)
-            if end is not None:
-                yield content[start:end]
+    starts = {m.start() for m in _OPENING.finditer(content)}
+    bare = [(start, end) for start, end in _bracketed(content) if start in starts]
+    for start, end in sorted(bare)[:MAX_BARE]:
+        yield content[start:end]
 
 
 def _joined(blocks: list[str]) -> str:
@@ -62,11 +69,12 @@ def _joined(blocks: list[str]) -> str:
     return blocks[0] if len(blocks) == 1 else "[" + ",".join(blocks) + "]"
 
 
-def _balanced_end(text: str, start: int) -> int | None:
-    """The end of the bracketed value starting at `start`, skipping strings in either quote; None if unclosed."""
-    depth, quote, escaped = 0, "", False
-    for i in range(start, len(text)):
-        char = text[i]
+def _bracketed(text: str) -> list[tuple[int, int]]:
+    """(start, end) of every balanced {...} and [...] in one pass; quotes of either kind count inside brackets."""
+    spans: list[tuple[int, int]] = []
+    opened: list[int] = []
+    quote, escaped = "", False
+    for i, char in enumerate(text):
         if quote:
             if escaped:
                 escaped = False
@@ -74,15 +82,13 @@ def _balanced_end(text: str, start: int) -> int | None:
                 escaped = True
             elif char == quote:
                 quote = ""
-        elif char in "\"'":
+        elif char in "\"'" and opened:
             quote = char
         elif char in "{[":
-            depth += 1
-        elif char in "}]":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return None
+            opened.append(i)
+        elif char in "}]" and opened:
+            spans.append((opened.pop(), i + 1))
+    return spans
 
 
 def _loads(text: str) -> Any:
