@@ -10,7 +10,8 @@ Exceptions are for crossing layers on purpose, and each carries a message a user
     ├── StoreError              .runner/ cannot be read or written (exit 3)
     │   └── UnknownRun          no run has that id (exit 2)
     ├── DaemonError             the daemon cannot start or be reached (exit 3)
-    └── McpError                an MCP server cannot start, initialize or list its tools (exit 3)
+    ├── McpError                an MCP server cannot start, initialize or list its tools (exit 3)
+    └── SandboxError            `sandbox: bwrap` is required but bubblewrap cannot run here (exit 3)
 """
 
 from __future__ import annotations
@@ -52,3 +53,7 @@ class DaemonError(RunnerError):
 
 class McpError(RunnerError):
     """An MCP server a run needs cannot start, initialize or list its tools; names the server and why."""
+
+
+class SandboxError(RunnerError):
+    """A goal requires the bubblewrap jail (`sandbox: bwrap`) and it cannot run here; says why."""

@@ -19,6 +19,7 @@ A reply is a mapping:
     status: int, error: str         answer with an HTTP error instead
     delay: seconds                  wait before answering
     drop: true                      close the connection without an answer (a reset)
+    raw: JSON value or str          answer 200 with this body instead of a completion (a malformed reply)
 or a callable taking the request (a dict) and returning such a mapping.
 
 Sessions: `/v1/...` serves the server's own script; `/s/SID/v1/...` serves session SID's script
@@ -49,6 +50,7 @@ REPLY_FIELDS = {
     "error",
     "delay",
     "drop",
+    "raw",
 }
 
 
@@ -184,7 +186,7 @@ class ScriptedServer:
                 status, payload = await self._answer(method, path, headers, body)
                 if payload is None:
                     return  # a dropped connection: closed with no answer
-                data = json.dumps(payload).encode()
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                 writer.write(
                     b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                     % (status, b"OK" if status == 200 else b"ERROR", len(data), data)
@@ -231,6 +233,9 @@ class ScriptedServer:
             return 0, None
         if "status" in reply:
             return reply["status"], _error(reply.get("error", "scripted error"), "scripted")
+        if "raw" in reply:
+            raw = reply["raw"]
+            return 200, raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else json.dumps(raw).encode()
         return 200, completion(reply, prompt_bytes=len(body))
 
 

@@ -75,17 +75,26 @@ def test_sigkill_then_restart_marks_interrupted(proj, daemons):
     schedule(proj, {"goal": "hang", "every": "0.5s", "checks_first": True})
     daemon = daemons(proj)
     daemon.wait_log("start     hang")
+    assert wait_for(lambda: "sleep 30.3" in os.popen("ps -eo args").read().splitlines())  # the check runs
     daemon.stop(signal.SIGKILL)
     assert [r["outcome"] for r in daemon.runs()] == ["running"]
     assert "sleep 30.3" in os.popen("ps -eo args").read()  # SIGKILL leaves the check running
     schedule(proj, {"goal": "hang", "every": "1h"})
     second = daemons(proj)
     assert daemon.runs()[0]["outcome"] == "interrupted"
-    time.sleep(0.2)
-    assert "sleep 30.3" not in os.popen("ps -eo args").read()  # the restart killed what the dead run left
+    assert wait_for(lambda: "sleep 30.3" not in os.popen("ps -eo args").read())  # the restart killed what was left
     assert "interrupted" in second.log
     assert second.stop() == 0
     assert not [r for r in second.runs() if r["outcome"] == "running"]
+
+
+def wait_for(condition, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def test_catch_up_after_downtime_runs_once(proj, daemons):

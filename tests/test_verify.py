@@ -359,7 +359,8 @@ def test_write_tools_refuse_the_verifiers(proj, server, attack):
         "echo 'exit 0' > check.sh",
     ],
 )
-def test_tampering_through_the_shell_is_caught_and_undone(proj, server, command):
+def test_tampering_through_the_shell_is_caught_and_undone(proj, server, command, monkeypatch):
+    monkeypatch.setenv("RUNNER_SANDBOX", "off")  # the fallback: in the jail these writes fail (tests/test_sandbox.py)
     haiku_goal(proj, checks=[{"run": "python3 verifiers/haiku.py haiku.txt"}, {"run": "sh check.sh"}])
     proj.write("check.sh", "test -f haiku.txt\n")
     before = {p: p.read_bytes() for p in [proj.root / "verifiers/haiku.py", proj.root / "check.sh"]}

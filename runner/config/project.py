@@ -50,8 +50,18 @@ def find_root(start: Path | None = None) -> Path:
     return here
 
 
+_DOTENV_NAMES: set[str] = set()
+
+
+def dotenv_names() -> frozenset[str]:
+    """Names of the variables .env files put into the environment (never passed to tools or checks unless a
+    goal's `env` names them)."""
+    return frozenset(_DOTENV_NAMES)
+
+
 def load_dotenv(root: Path) -> None:
-    """Load ROOT/.env into the environment without overriding variables already set."""
+    """Load ROOT/.env into the environment without overriding variables already set; remember every name it
+    lists (one exported in the shell as well stays out of tools and checks too)."""
     path = root / ".env"
     if not path.is_file():
         return
@@ -64,6 +74,7 @@ def load_dotenv(root: Path) -> None:
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
         os.environ.setdefault(key, value)
+        _DOTENV_NAMES.add(key)
 
 
 def load_project(root: Path | None = None) -> Project:

@@ -23,6 +23,7 @@ from ..vocabulary import Event, Outcome
 from ..work import Model, Observer, Toolbox, WorkLoop, WorkResult, ignore
 from ..work.cost import Pricer
 from ..work.tools.process import run_env, run_process, scrub_env, spawned
+from ..work.tools.sandbox import contained, sandbox_status
 from .approval import StoreApprover
 from .checks import Approver, CheckContext, CheckResult, run_checks
 from .feedback import Feedback, describe_failures, signature
@@ -104,6 +105,7 @@ async def run_goal(
     verifier = Verifier(goal, store, result, record, approver)
     try:
         record(Event.RUN, {"run_id": run_id, "goal": goal.name, "trigger": trigger, "continues": continues})
+        record(Event.SANDBOX, {"status": sandbox_status(goal)})
         spawned.set(lambda pid, alive: store.track_process(run_id, pid, alive))
         verifier.entry_id, verifier.resume = entry_id, resume
         verifier.targets = targets if targets is not None else goal.notify
@@ -166,7 +168,7 @@ class Verifier:
                 checks = describe_failures(results, goal.workpath)
                 first_feedback = prompts.CHECKS_FAILED_BEFORE_WORK.format(checks=checks)
             self.model = Model.open(goal.model, goal.root)
-            self.pricer = Pricer.for_model(goal.model, str(self.model.client.base_url))
+            self.pricer = Pricer.for_model(goal.model, self.model.url)
             if not self.pricer.known:
                 self.record(Event.PRICE_UNKNOWN, {"model": goal.model.name, "reason": self.pricer.unknown})
             self.judge = Model.open(goal.judge_model, goal.root) if goal.judge_model else self.model
@@ -199,7 +201,8 @@ class Verifier:
             after_feedback = attempt > first or first_feedback is not None
             nudge = prompts.NUDGE.format(tools=", ".join(toolbox.tools)) if verify.nudge and after_feedback else None
             self.work = WorkLoop(self.model, toolbox, goal.limits, self.record, self.pricer, nudge=nudge)
-            work = await self.work.run(messages)
+            async with contained():  # every process the attempt started is gone before the checks
+                work = await self.work.run(messages)
             self._end_attempt(attempt, work)
             if tampered := self._tampered(snapshot, "the attempt"):
                 return tampered
@@ -316,7 +319,8 @@ class Verifier:
 
         approver = self._approve if self.approver is not None else None
         context = CheckContext(self.goal, self.result.run_id, attempt, self.judge, approver)
-        self.result.checks = await run_checks(context, self.goal.verify.checks, on_result=recorded)
+        async with contained():
+            self.result.checks = await run_checks(context, self.goal.verify.checks, on_result=recorded)
         return self.result.checks
 
     async def _approve(self, run_id: str, check: Check) -> tuple[bool, str | None]:

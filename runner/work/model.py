@@ -4,18 +4,31 @@ It uses the official `openai` client's request API (`client.post`), which keeps 
 base URL, retries with backoff (429, 5xx, timeouts, connection resets) and error types, but skips
 `chat.completions.create`'s parameter transform, which walks the whole conversation on every call.
 Each message is encoded to JSON once and reused in every later request of the conversation.
+
+Secrets: the key's variable is never passed to tools or checks, and its value is blanked in the process's
+initial environment block (what /proc/PID/environ shows to other processes);
+a password in `base_url` and the key are scrubbed from every message this module raises. A reply that
+is not a well-formed chat completion is a ProviderError, never a traceback.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ..config import ModelConfig
 from ..errors import ConfigError, ProviderError
+from .tools.process import HIDDEN_NAMES
+
+MAX_USAGE = 10**12
+"""A usage count above this is not believed (a malformed reply), so that limits still hold."""
+SURROGATE = re.compile("[\ud800-\udfff]")
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 @dataclass
@@ -42,6 +55,7 @@ class Model:
         import openai
 
         self.config = config
+        self._secrets = [s for s in (api_key, *_url_secrets(base_url)) if s and len(s) >= 4]
         self.client = openai.AsyncOpenAI(
             base_url=base_url,
             api_key=api_key,
@@ -69,7 +83,7 @@ class Model:
         base_url = config.base_url or os.environ.get("OPENAI_BASE_URL")
         if not config.api_key_env:
             return cls(config, base_url, "none")
-        key = os.environ.get(config.api_key_env)
+        key = take_key(config.api_key_env)
         if not key:
             raise ProviderError(
                 f"model {config.name}: no API key: the environment variable {config.api_key_env} is not set "
@@ -77,6 +91,11 @@ class Model:
                 "that needs no key)"
             )
         return cls(config, base_url, key)
+
+    @property
+    def url(self) -> str:
+        """The endpoint as people may see it: a password in it replaced by ***."""
+        return redact_url(str(self.client.base_url))
 
     async def aclose(self) -> None:
         await self.client.close()
@@ -89,38 +108,39 @@ class Model:
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **extra: Any
     ) -> Reply:
         """One completion. Raises ProviderError with a clear message once the client's retries are spent."""
+        try:
+            raw = await self._post(self._body(messages, tools, extra))
+            return _reply(raw)
+        except ProviderError as exc:
+            raise ProviderError(f"model {self.config.name}: {self._scrub(str(exc))}") from None
+
+    async def _post(self, body: bytes) -> bytes:
         import openai
 
         try:
-            raw = await self.client.post("/chat/completions", cast_to=bytes, content=self._body(messages, tools, extra))
+            return await self.client.post("/chat/completions", cast_to=bytes, content=body)
         except openai.AuthenticationError as exc:
-            raise ProviderError(f"model {self.config.name}: the provider refused the API key: {_detail(exc)}") from None
+            raise ProviderError(f"the provider refused the API key: {_detail(exc)}") from None
         except openai.NotFoundError as exc:
-            raise ProviderError(
-                f"model {self.config.name}: not found at {self.client.base_url}: {_detail(exc)}"
-            ) from None
+            raise ProviderError(f"not found at {self.url}: {_detail(exc)}") from None
         except openai.APITimeoutError:
             raise ProviderError(
-                f"model {self.config.name}: no answer from {self.client.base_url} within "
-                f"{self.config.request_timeout:g}s after {self.config.max_retries} retries"
+                f"no answer from {self.url} within {self.config.request_timeout:g}s "
+                f"after {self.config.max_retries} retries"
             ) from None
         except openai.APIConnectionError as exc:
             cause = exc.__cause__ or exc
             raise ProviderError(
-                f"model {self.config.name}: cannot connect to {self.client.base_url} ({cause}) "
-                f"after {self.config.max_retries} retries"
+                f"cannot connect to {self.url} ({cause}) after {self.config.max_retries} retries"
             ) from None
         except openai.APIStatusError as exc:
-            raise ProviderError(
-                f"model {self.config.name}: the provider answered {exc.status_code}: {_detail(exc)}"
-            ) from None
-        try:
-            data = json.loads(raw)
-            choice = data["choices"][0]
-            message = choice["message"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise ProviderError(f"model {self.config.name}: the provider's answer is not a chat completion") from None
-        return Reply(_protocol_message(message), choice.get("finish_reason"), data.get("usage") or {})
+            raise ProviderError(f"the provider answered {exc.status_code}: {_detail(exc)}") from None
+
+    def _scrub(self, text: str) -> str:
+        """`text` without the key or a password of the endpoint, and without lone surrogates."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return clean(text)
 
     def _body(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, extra: dict[str, Any]) -> bytes:
         head: dict[str, Any] = {"model": self.config.name}
@@ -161,23 +181,171 @@ def _http_client() -> Any:
     return openai.DefaultAsyncHttpxClient(verify=_ssl_context)
 
 
+class Malformed(ProviderError):
+    """A reply that is not a well-formed chat completion."""
+
+
+def _reply(raw: bytes) -> Reply:
+    """The Reply of a raw chat completion; Malformed (a ProviderError) saying what is wrong with it."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise Malformed("the provider's answer is not a chat completion (not JSON)") from None
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise Malformed("the provider's answer is not a chat completion (no choices)")
+    choice = choices[0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise Malformed(f"malformed reply: `message` is {_kind(message)}, expected an object")
+    finish = choice.get("finish_reason")
+    return Reply(_protocol_message(message), clean(finish) if isinstance(finish, str) else None, _usage(data))
+
+
 def _protocol_message(message: dict[str, Any]) -> dict[str, Any]:
     """Keep what the protocol needs sent back; drop provider-only fields such as reasoning_content."""
-    out: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    out: dict[str, Any] = {"role": "assistant", "content": _content(message.get("content"))}
     calls = message.get("tool_calls")
-    if calls:
-        out["tool_calls"] = [
-            {
-                "id": call.get("id") or f"call_{i}",
-                "type": "function",
-                "function": {
-                    "name": (call.get("function") or {}).get("name") or "",
-                    "arguments": (call.get("function") or {}).get("arguments") or "",
-                },
-            }
-            for i, call in enumerate(calls)
-        ]
+    if calls is None or calls == []:
+        return out
+    if not isinstance(calls, list):
+        raise Malformed(f"malformed reply: `tool_calls` is {_kind(calls)}, expected a list")
+    out["tool_calls"] = [_tool_call(i, call) for i, call in enumerate(calls)]
     return out
+
+
+def _content(content: Any) -> str | None:
+    if content is None or isinstance(content, str):
+        return clean(content) if content else content
+    if isinstance(content, list) and all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in content):
+        return clean("".join(p["text"] for p in content))  # content parts, as some providers send them
+    raise Malformed(f"malformed reply: `content` is {_kind(content)}, expected a string or null")
+
+
+def _tool_call(i: int, call: Any) -> dict[str, Any]:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict):
+        raise Malformed(f"malformed reply: tool call {i} is {_kind(call)}, expected an object with `function`")
+    name, arguments, call_id = function.get("name"), function.get("arguments"), call.get("id")
+    if not isinstance(name, str) or not name:
+        raise Malformed(f"malformed reply: tool call {i} has no function name")
+    if arguments is not None and not isinstance(arguments, str):
+        raise Malformed(
+            f"malformed reply: the arguments of tool call {i} ({clean(name)}) are {_kind(arguments)}, "
+            "expected a JSON string"
+        )
+    if call_id is not None and not isinstance(call_id, str):
+        raise Malformed(f"malformed reply: the id of tool call {i} is {_kind(call_id)}, expected a string")
+    return {
+        "id": clean(call_id) if call_id else f"call_{i}",
+        "type": "function",
+        "function": {"name": clean(name), "arguments": _clean_json(clean(arguments or ""))},
+    }
+
+
+def _clean_json(text: str) -> str:
+    """JSON text whose escapes decode to lone surrogates, re-encoded with U+FFFD in their place."""
+    if not SURROGATE_ESCAPE.search(text):
+        return text
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return text  # the model reads the JSON error
+    return json.dumps(_clean_value(value), ensure_ascii=False)
+
+
+def _clean_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, list):
+        return [_clean_value(v) for v in value]
+    if isinstance(value, dict):
+        return {clean(k): _clean_value(v) for k, v in value.items()}
+    return value
+
+
+def _usage(data: dict[str, Any]) -> dict[str, int]:
+    usage = data.get("usage")
+    if usage is None:
+        return {}
+    if not isinstance(usage, dict):
+        raise Malformed(f"malformed reply: `usage` is {_kind(usage)}, expected an object")
+    counts: dict[str, int] = {}
+    for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        value = usage.get(name)
+        if value is None:
+            continue
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_USAGE:
+            raise Malformed(f"malformed reply: usage.{name} is {_kind(value)}, expected a whole number of tokens")
+        counts[name] = value
+    if "total_tokens" not in counts and counts:
+        counts["total_tokens"] = counts.get("prompt_tokens", 0) + counts.get("completion_tokens", 0)
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if isinstance(cached, int) and not isinstance(cached, bool) and 0 <= cached <= MAX_USAGE:
+        counts["prompt_tokens_details"] = {"cached_tokens": cached}  # type: ignore[assignment]
+    return counts
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, (bool, int, float)):
+        return f"{type(value).__name__} {str(value)[:20]}"
+    return {str: "a string", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def clean(text: str) -> str:
+    """Text that can be encoded as UTF-8: lone surrogates (valid in JSON, not in UTF-8) become U+FFFD."""
+    return SURROGATE.sub("\ufffd", text)
+
+
+def take_key(name: str) -> str | None:
+    """The key in variable `name`, from now on never passed to a process runner starts, and blanked in the
+    process's initial environment block, which other processes read as /proc/PID/environ."""
+    HIDDEN_NAMES.add(name)
+    _blank_initial(name)
+    return os.environ.get(name)
+
+
+def _blank_initial(name: str) -> None:
+    """Overwrite the value of `name` where the initial environment block (the process's stack) holds it."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        environ = ctypes.POINTER(ctypes.c_void_p).in_dll(libc, "environ")
+        prefix = name.encode() + b"="
+        i = 0
+        while environ[i]:
+            entry = ctypes.string_at(environ[i])
+            if entry.startswith(prefix) and len(entry) > len(prefix):
+                ctypes.memset(environ[i] + len(prefix), 0, len(entry) - len(prefix))
+            i += 1
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def redact_url(url: str) -> str:
+    """`url` with the password of its userinfo replaced by ***."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "(an invalid URL)"
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def _url_secrets(url: str | None) -> list[str]:
+    try:
+        password = urlsplit(url or "").password
+    except ValueError:
+        return []
+    return [password, unquote(password)] if password else []
 
 
 def _detail(exc: Any) -> str:

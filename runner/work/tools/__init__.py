@@ -19,6 +19,7 @@ from . import files
 from .mcp import open_servers
 from .paths import PathGuard, ToolError
 from .process import cap, run_process, scrub_env
+from .sandbox import Jail
 
 SHELL_TIMEOUT = 120.0
 SHELL_MAX_TIMEOUT = 600.0
@@ -63,8 +64,9 @@ class Toolbox:
     def for_goal(cls, goal: Goal, env: dict[str, str] | None = None) -> Toolbox:
         box = PathGuard.for_goal(goal)
         environ = scrub_env(goal.env, env)
+        jail = Jail.for_goal(goal)
         entries = goal.tools if goal.tools is not None else [ToolEntry(name=n) for n in BUILTIN_TOOLS]
-        return cls([_build(entry, box, environ) for entry in entries if not is_mcp_tool(entry.name)])
+        return cls([_build(entry, box, environ, jail) for entry in entries if not is_mcp_tool(entry.name)])
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -116,9 +118,9 @@ def describe_call(name: str, raw_arguments: str) -> str:
     return f"{name}: {text[:80]}" if text else name
 
 
-def _build(entry: ToolEntry, box: PathGuard, environ: dict[str, str]) -> Tool:
+def _build(entry: ToolEntry, box: PathGuard, environ: dict[str, str], jail: Jail) -> Tool:
     if entry.run is not None:
-        run = partial(_run_command, entry, box, environ)
+        run = partial(_run_command, entry, box, environ, jail)
         return Tool(entry.name, entry.description or entry.name, entry.parameters, run)
     if entry.name == "shell":
         parameters = {
@@ -130,26 +132,32 @@ def _build(entry: ToolEntry, box: PathGuard, environ: dict[str, str]) -> Tool:
             "required": ["command"],
         }
         description = "Run a shell command in the working directory; returns its exit code and output."
-        return Tool("shell", description, parameters, partial(_run_shell, box, environ))
+        return Tool("shell", description, parameters, partial(_run_shell, box, environ, jail))
     description, properties, required = files.SCHEMAS[entry.name]
     parameters = {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
     sync = getattr(files, entry.name)
 
     async def run(**arguments: Any) -> str:
-        return sync(box, **arguments)
+        return await files.off_loop(sync, box, **arguments)
 
     return Tool(entry.name, description, parameters, run)
 
 
-async def _run_shell(box: PathGuard, environ: dict[str, str], command: str, timeout: float = SHELL_TIMEOUT) -> str:
+async def _run_shell(
+    box: PathGuard, environ: dict[str, str], jail: Jail, command: str, timeout: float = SHELL_TIMEOUT
+) -> str:
     timeout = min(timeout, SHELL_MAX_TIMEOUT)
-    result = await run_process(command, cwd=box.workdir, env=environ, timeout=timeout)
+    result = await run_process(command, cwd=box.workdir, env=environ, timeout=timeout, jail=jail.prefix)
     return result.describe(timeout)
 
 
-async def _run_command(entry: ToolEntry, box: PathGuard, environ: dict[str, str], **arguments: Any) -> str:
+async def _run_command(
+    entry: ToolEntry, box: PathGuard, environ: dict[str, str], jail: Jail, **arguments: Any
+) -> str:
     payload = json.dumps(arguments).encode()
-    result = await run_process(entry.run or "", cwd=box.workdir, env=environ, timeout=entry.timeout, stdin=payload)
+    result = await run_process(
+        entry.run or "", cwd=box.workdir, env=environ, timeout=entry.timeout, stdin=payload, jail=jail.prefix
+    )
     if result.timed_out or result.exit_code != 0:
         return f"error: {entry.name} {result.describe(entry.timeout)}"
     return cap(result.output)

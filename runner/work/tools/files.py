@@ -1,19 +1,40 @@
-"""The built-in file tools: read_file, write_file, edit_file, list_files, search_files."""
+"""The built-in file tools: read_file, write_file, edit_file, list_files, search_files.
+
+Only regular files are read or written (a FIFO or a device would block), sizes are checked before
+reading, and the work runs off the event loop within a time limit: the regular expressions of
+search_files run in a child process that is killed at its limit, since a catastrophic pattern holds
+Python's GIL for as long as it backtracks.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
+import json
 import os
 import re
-from collections.abc import Iterator
+import shlex
+import stat
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from .paths import HIDDEN, PathGuard, ToolError
-from .process import cap
+from .process import cap, run_process, scrub_env
 
 MAX_LIST = 500
 MAX_MATCHES = 200
 READ_LINES = 2000
+MAX_READ_BYTES = 8_000_000
+"""read_file and edit_file refuse larger files (the shell's head, tail and grep read them in parts)."""
+MAX_SEARCH_BYTES = 4_000_000
+"""search_files skips larger files, and says how many it skipped."""
+MAX_WALK = 50_000
+"""Entries list_files and search_files visit, at most."""
+FILE_TOOL_TIMEOUT = 60.0
+"""Seconds one file tool may take before its result is a timeout error."""
+SEARCH_TIMEOUT = 30.0
 SKIPPED_DIRS = {".git", "__pycache__", "node_modules", ".venv", *HIDDEN}
 
 SCHEMAS = {
@@ -53,6 +74,16 @@ SCHEMAS = {
 }
 
 
+async def off_loop(tool: Callable[..., Any], box: PathGuard, **arguments: Any) -> str:
+    """Run a file tool without blocking the event loop, within FILE_TOOL_TIMEOUT."""
+    if asyncio.iscoroutinefunction(tool):
+        return await tool(box, **arguments)
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(tool, box, **arguments), FILE_TOOL_TIMEOUT)
+    except asyncio.TimeoutError:
+        raise ToolError(f"the file tool took longer than {FILE_TOOL_TIMEOUT:g}s and was abandoned") from None
+
+
 def read_file(box: PathGuard, path: str, offset: int = 1, limit: int = READ_LINES) -> str:
     full = box.resolve(path)
     text = _read_text(full, path)
@@ -70,6 +101,8 @@ def write_file(box: PathGuard, path: str, content: str) -> str:
     full = box.resolve(path, write=True)
     if full.is_dir():
         raise ToolError(f"{path} is a folder")
+    if full.exists() and not full.is_file():
+        raise ToolError(f"{path} is not a regular file (a FIFO, socket or device); only regular files are written")
     full.parent.mkdir(parents=True, exist_ok=True)
     full.write_text(content, encoding="utf-8")
     return f"wrote {len(content.encode())} bytes to {box.show(full)}"
@@ -99,44 +132,104 @@ def list_files(box: PathGuard, path: str = ".", pattern: str | None = None) -> s
     return "\n".join(names[:MAX_LIST]) + extra
 
 
-def search_files(box: PathGuard, pattern: str, path: str = ".", glob: str | None = None) -> str:
+async def search_files(box: PathGuard, pattern: str, path: str = ".", glob: str | None = None) -> str:
     try:
-        regex = re.compile(pattern)
-    except re.error as exc:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError) as exc:
         raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from None
+    files, skipped = await asyncio.wait_for(asyncio.to_thread(_search_files, box, path, glob), FILE_TOOL_TIMEOUT)
+    note = f"\n[{skipped} files over {MAX_SEARCH_BYTES // 1_000_000} MB not searched]" if skipped else ""
+    if not files:
+        return "no matches" + note
+    job = json.dumps({"pattern": pattern, "files": files, "max": MAX_MATCHES}).encode()
+    command = f"{shlex.quote(sys.executable)} -I -S -c {shlex.quote(_SEARCH)}"
+    result = await run_process(
+        command, cwd=box.workdir, env=scrub_env(), timeout=SEARCH_TIMEOUT, stdin=job, cap_bytes=10_000_000
+    )
+    if result.timed_out:
+        raise ToolError(f"the search took longer than {SEARCH_TIMEOUT:g}s and was stopped; use a simpler pattern")
+    try:
+        matches = json.loads(result.output)
+    except ValueError:
+        raise ToolError(f"the search failed: {result.output[-300:]}") from None
+    if len(matches) > MAX_MATCHES:
+        return "\n".join(matches[:MAX_MATCHES]) + f"\n[more than {MAX_MATCHES} matches; narrow the search]" + note
+    return ("\n".join(matches) if matches else "no matches") + note
+
+
+_SEARCH = """
+import json, re, sys
+job = json.load(sys.stdin)
+regex, found = re.compile(job["pattern"]), []
+for shown, full in job["files"]:
+    try:
+        with open(full, encoding="utf-8") as file:
+            lines = file.read().splitlines()
+    except (UnicodeDecodeError, OSError):
+        continue
+    found += [f"{shown}:{n}:{line[:300]}" for n, line in enumerate(lines, 1) if regex.search(line)]
+    if len(found) > job["max"]:
+        break
+print(json.dumps(found))
+"""
+"""The matching half of search_files, run as `python -I -S -c` so that its time limit can kill it."""
+
+
+def _search_files(box: PathGuard, path: str, glob: str | None) -> tuple[list[tuple[str, str]], int]:
+    """The regular files to search (shown name, full path) and how many were too large."""
     folder = box.resolve(path)
-    files = [folder] if folder.is_file() else _walk(box, folder)
-    matches: list[str] = []
-    for file in files:
+    chosen: list[tuple[str, str]] = []
+    skipped = 0
+    for file in [folder] if folder.is_file() else _walk(box, folder):
         shown = box.show(file)
         if glob and not _matches(shown, glob):
             continue
         try:
-            text = file.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
+            st = file.stat()
+        except OSError:
             continue
-        for number, line in enumerate(text.splitlines(), 1):
-            if regex.search(line):
-                matches.append(f"{shown}:{number}:{line[:300]}")
-                if len(matches) > MAX_MATCHES:
-                    return "\n".join(matches[:MAX_MATCHES]) + f"\n[more than {MAX_MATCHES} matches; narrow the search]"
-    return "\n".join(matches) if matches else "no matches"
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        if st.st_size > MAX_SEARCH_BYTES:
+            skipped += 1
+            continue
+        chosen.append((shown, str(file)))
+    return chosen, skipped
 
 
 def _read_text(full: Path, path: str) -> str:
-    if not full.exists():
-        raise ToolError(f"{path} does not exist")
-    if full.is_dir():
-        raise ToolError(f"{path} is a folder; use list_files")
+    """A regular file's text, its size checked before reading; opened without blocking (a FIFO swapped in)."""
     try:
-        return full.read_text(encoding="utf-8")
+        fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except FileNotFoundError:
+        raise ToolError(f"{path} does not exist") from None
+    except IsADirectoryError:
+        raise ToolError(f"{path} is a folder; use list_files") from None
+    with os.fdopen(fd, "rb") as file:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise ToolError(f"{path} is a folder; use list_files")
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolError(f"{path} is not a regular file (a FIFO, socket or device); only regular files are read")
+        if st.st_size > MAX_READ_BYTES:
+            raise ToolError(
+                f"{path} is {st.st_size:,} bytes, over the {MAX_READ_BYTES:,} bytes the file tools read; "
+                "use the shell (head, tail, sed -n, grep) to read parts of it"
+            )
+        data = file.read(MAX_READ_BYTES + 1)
+    try:
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as open() in text mode reads
     except UnicodeDecodeError:
         raise ToolError(f"{path} is not UTF-8 text") from None
 
 
 def _walk(box: PathGuard, folder: Path) -> Iterator[Path]:
+    seen = 0
     for current, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+        seen += len(dirs) + len(files)
+        if seen > MAX_WALK:
+            return
         for name in sorted(files):
             full = Path(current) / name
             if name in HIDDEN or not full.resolve().is_relative_to(box.workdir):

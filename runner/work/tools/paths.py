@@ -74,11 +74,20 @@ def check_scripts(goal: Goal) -> list[str]:
             continue
         for path in script_words(check.run):
             for base in (goal.workpath, goal.root):
-                full = (base / path).resolve()
-                if full.is_file() and full.is_relative_to(goal.root.resolve()):
+                full = _resolved(base, path)
+                if full is not None and full.is_file() and full.is_relative_to(goal.root.resolve()):
                     found.append(full.relative_to(goal.root.resolve()).as_posix())
                     break
     return sorted(set(found))
+
+
+def _resolved(base: Path, word: str) -> Path | None:
+    """`word` as an existing path under `base`, resolved; None for a word no file can have (too long, a NUL)."""
+    try:
+        full = (base / word).resolve()
+        return full if full.exists() else None
+    except (OSError, ValueError):
+        return None
 
 
 def check_inputs(goal: Goal) -> list[str]:
@@ -103,8 +112,8 @@ def check_inputs(goal: Goal) -> list[str]:
             if not word or word.startswith("-") or word in ("&&", "||", ";", "|"):
                 continue
             for base in (goal.workpath, root):
-                full = (base / word).resolve()
-                if full.exists() and full.is_relative_to(root) and full not in too_wide:
+                full = _resolved(base, word)
+                if full is not None and full.is_relative_to(root) and full not in too_wide:
                     found.add(full.relative_to(root).as_posix())
                     break
     return sorted(found)

@@ -1,4 +1,11 @@
-"""Subprocesses for the shell tool, command tools and checks: scrubbed environment, process groups, caps."""
+"""Subprocesses for the shell tool, command tools and checks: scrubbed environment, process groups, caps.
+
+Every process starts behind a gate: `/bin/sh` waits for one line on its stdin before it execs the
+command, and runner writes that line only after the store has recorded the process. A runner killed
+in between closes the pipe and the gate exits without running anything, so no process of a run can
+be orphaned unrecorded. Processes started inside `sandbox.contained()` are killed, however they
+detached, when it ends.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +15,10 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from ...config.project import dotenv_names
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 spawned: contextvars.ContextVar[Callable[[int, bool], None] | None] = contextvars.ContextVar("spawned", default=None)
@@ -21,13 +30,27 @@ run_env: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextV
 OUTPUT_CAP = 12_000
 """Characters of a tool's output that reach the model: the head and the tail, with a marker between."""
 
+SCOPE_VAR = "RUNNER_SCOPE"
+"""Carried by every process runner starts: the scope (an attempt, a round of checks) it belongs to."""
+GATE = ["/bin/sh", "-c", 'read -r _ && exec "$@"', "runner-gate"]
+"""Waits for runner's go-ahead (one line on stdin), then becomes the command."""
+HIDDEN_NAMES: set[str] = set()
+"""More names never passed to processes unless a goal's `env` names them (the provider's key variables)."""
+
+known_children: set[int] = set()
+"""Processes runner started itself (still tracked); anything else that is its child was adopted."""
+
 
 def scrub_env(passed: Iterable[str] = (), extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment without secrets: no name holding KEY, TOKEN, SECRET or PASSWORD unless passed."""
+    """The environment without secrets: no name holding KEY, TOKEN, SECRET or PASSWORD, nothing loaded from
+    .env and no provider key variable, unless `passed` names it."""
     allowed = set(passed)
-    env = {k: v for k, v in os.environ.items() if k in allowed or not SECRET_NAME.search(k)}
+    hidden = dotenv_names() | HIDDEN_NAMES
+    env = {k: v for k, v in os.environ.items() if k in allowed or not (SECRET_NAME.search(k) or k in hidden)}
     env.update(run_env.get() or {})
     env.update(extra or {})
+    scope = current_scope.get()
+    env[SCOPE_VAR] = scope.token if scope is not None else "none"
     return env
 
 
@@ -42,6 +65,58 @@ def cap(text: str, limit: int = OUTPUT_CAP) -> str:
 def decode(data: bytes) -> str:
     """Text from any output: invalid UTF-8 and NUL bytes become U+FFFD."""
     return data.decode("utf-8", errors="replace").replace("\x00", "\ufffd")
+
+
+@dataclass
+class Scope:
+    """Processes started for one attempt or one round of checks: the group leaders, and a token in their
+    environment, so that `sandbox.contained` finds them however they detached."""
+
+    token: str
+    started: float
+    leaders: set[int]
+
+
+current_scope: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("current_scope", default=None)
+
+
+def announce(pid: int, alive: bool) -> None:
+    """A process group runner started (alive) or saw end: known as runner's own, and told to the store."""
+    if alive:
+        known_children.add(pid)
+        scope = current_scope.get()
+        if scope is not None:
+            scope.leaders.add(pid)
+    else:
+        known_children.discard(pid)
+    tell = spawned.get()
+    if tell is not None:
+        tell(pid, alive)
+
+
+async def start_gated(argv: Sequence[str], **options: object) -> asyncio.subprocess.Process:
+    """Start `argv` in a new session behind the gate; announce it; only then let it run.
+
+    stdin is a pipe (its first line is the go-ahead); the caller writes any input after it.
+    """
+    scope = current_scope.get()
+    if scope is not None and isinstance(options.get("env"), dict):
+        options["env"] = {**options["env"], SCOPE_VAR: scope.token}  # type: ignore[dict-item]
+    proc = await asyncio.create_subprocess_exec(
+        *GATE,
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        start_new_session=True,
+        **options,  # type: ignore[arg-type]
+    )
+    try:
+        announce(proc.pid, True)
+    except BaseException:
+        _kill_group(proc)
+        raise
+    assert proc.stdin is not None
+    proc.stdin.write(b"\n")
+    return proc
 
 
 @dataclass
@@ -65,28 +140,23 @@ async def run_process(
     timeout: float,
     stdin: bytes | None = None,
     cap_bytes: int = OUTPUT_CAP,
+    jail: Sequence[str] = (),
 ) -> ProcessResult:
-    """Run `command` with /bin/sh -c in its own process group; stdout and stderr together, head and tail kept.
+    """Run `command` with /bin/sh -c (inside `jail`, an argv prefix, if given) in its own process group;
+    stdout and stderr together, head and tail kept.
 
     On timeout or cancellation the whole group is killed, grandchildren included.
     """
     started = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        "/bin/sh",
-        "-c",
-        command,
+    proc = await start_gated(
+        [*jail, "/bin/sh", "-c", command],
         cwd=cwd,
         env=dict(env),
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
     )
     collector = _Collector(cap_bytes)
     timed_out = False
-    tell = spawned.get()
-    if tell is not None:
-        tell(proc.pid, True)
     try:
         await asyncio.wait_for(_communicate(proc, stdin, collector), timeout)
     except asyncio.TimeoutError:
@@ -97,17 +167,16 @@ async def run_process(
         _kill_group(proc)
         raise
     finally:
-        if tell is not None:
-            tell(proc.pid, False)
+        announce(proc.pid, False)
     return ProcessResult(
         None if timed_out else proc.returncode, collector.text(), time.monotonic() - started, timed_out
     )
 
 
 async def _communicate(proc: asyncio.subprocess.Process, stdin: bytes | None, collector: _Collector) -> None:
-    if stdin is not None and proc.stdin is not None:
+    if proc.stdin is not None:
         try:
-            proc.stdin.write(stdin)
+            proc.stdin.write(stdin or b"")
             await proc.stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             pass
