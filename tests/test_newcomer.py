@@ -364,3 +364,25 @@ def test_readme_links_only_to_files_in_the_repository():
         if not target.startswith("http"):
             path = (REPO / target).resolve()
             assert path.is_relative_to(REPO) and path.exists(), f"README links to {target}, outside the repository"
+
+
+def test_the_reference_documents_every_field():
+    from runner.config import models, schedules
+
+    reference = (REPO / "docs/reference.md").read_text()
+    documented = (
+        models.Goal,
+        models.ModelConfig,
+        models.Limits,
+        models.Verify,
+        models.Check,
+        models.ToolEntry,
+        models.McpServer,
+        models.Settings,
+        models.DaemonSettings,
+        models.WebhookSettings,
+        schedules.Entry,
+    )
+    for model in documented:
+        for name in set(model.model_fields) - {"root", "source", "id"}:
+            assert re.search(rf"`[^`\n]*\b{name}\b[^`\n]*`", reference), f"{model.__name__}.{name} is not documented"
