@@ -110,7 +110,10 @@ def test_three_daemons_fire_each_interval_once_and_a_goal_never_overlaps(proj, d
     starts = [e for e in store.events("start")]
     fires = Counter((e["entry"], e["detail"]) for e in starts)
     assert fires and max(fires.values()) == 1  # each (entry, fire time) started once, by one of three daemons
-    assert len([e for e in store.events("trigger") if e["goal"] == "tick"]) == len(store.runs("tick"))
+    triggers = len([e for e in store.events("trigger") if e["goal"] == "tick"])
+    skips = len([e for e in store.events("skip") if e["goal"] == "tick"])
+    runs = len(store.runs("tick"))
+    assert runs + skips <= triggers <= runs + skips + 1  # each trigger ran or was skipped (one may wait in the queue)
     slow = spans([r for r in store.runs("slow") if r["ended"]])
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(slow))  # one at a time
     skips = [e["detail"] for e in store.events("skip") if e["goal"] == "slow"]

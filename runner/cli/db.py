@@ -82,7 +82,7 @@ def worker(ctx: click.Context, concurrency: int | None) -> None:
 
     postgres_store(ctx).close()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    for noisy in ("httpx", "openai", "procrastinate"):
+    for noisy in ("httpx", "httpx2", "openai", "procrastinate"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     asyncio.run(run_worker(ctx.obj, concurrency))
 

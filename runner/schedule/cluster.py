@@ -25,11 +25,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .. import notify
 from ..config import Entry, Goal
 from ..errors import DaemonError
 from ..store import now
 from ..store.postgres import HOST, INSTALL_HINT, JOB, PostgresStore, redact
-from .daemon import Daemon
+from . import unattended
+from .daemon import NOTIFY_GRACE, Daemon
 from .triggers import time_trigger
 
 log = logging.getLogger("runner.daemon")
@@ -42,6 +44,7 @@ STALLED_AFTER = 10.0
 """A worker without a heartbeat for this long is dead; its running jobs are stalled."""
 SWEEP = 2.0
 """Seconds between two looks for stalled jobs, in every daemon and worker."""
+ALREADY_QUEUED = "a run is already queued (one follow-up at most)"
 INTERRUPTED_WITHIN = STALLED_AFTER + HEARTBEAT + SWEEP
 """The bound on the time from a worker's kill -9 to its run being `interrupted` (while another process runs)."""
 
@@ -56,7 +59,10 @@ def procrastinate_module() -> Any:
 
 def make_app(url: str) -> Any:
     procrastinate = procrastinate_module()
-    return procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url, min_size=1, max_size=4))
+    from ..store.postgres import session
+
+    connector = procrastinate.PsycopgConnector(conninfo=url, min_size=1, max_size=10, kwargs=session(url))
+    return procrastinate.App(connector=connector)
 
 
 class Cluster(Daemon):
@@ -71,6 +77,8 @@ class Cluster(Daemon):
         self.concurrency = concurrency or self.settings.max_concurrent_runs
         self.app = make_app(self.store.url)
         self.app.task(name=TASK, pass_context=True)(self.run_job)
+        self.queue = make_app(self.store.url)
+        """Defers on a pool of their own: a burst of triggers never makes the worker wait for a connection."""
         self.worker: asyncio.Task[Any] | None = None
         self.deferring: set[asyncio.Task[Any]] = set()
         self.digests: dict[tuple[str, int, int], str] = {}
@@ -82,9 +90,10 @@ class Cluster(Daemon):
             loop.add_signal_handler(sig, self.stopping.set)
         for run_id in self.store.mark_interrupted():
             self.record("interrupted", detail=f"run {run_id} was left running on {HOST} by a process that is gone")
+            unattended.tell_interrupted(self, run_id)
         import openai  # noqa: F401  (imported once here, not inside the first run while others wait)
 
-        async with self.app.open_async():
+        async with self.app.open_async(), self.queue.open_async():
             await self.check_queue()
             if self.schedules:
                 self.start_scheduling()
@@ -103,7 +112,11 @@ class Cluster(Daemon):
             stop = asyncio.create_task(self.stopping.wait())
             await asyncio.wait([stop, self.worker], return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
+            if self.worker.done() and not self.stopping.is_set():
+                self.failure = f"the Procrastinate worker stopped ({_reason(self.worker)})"
             await self.shutdown()
+        if self.failure is not None:
+            raise DaemonError(f"{self.failure}; the {'daemon' if self.schedules else 'worker'} stopped")
 
     async def check_queue(self) -> None:
         if not await self.app.check_connection_async():
@@ -137,6 +150,7 @@ class Cluster(Daemon):
             self.worker.cancel()  # Procrastinate stops fetching, drains for shutdown_grace, then aborts the rest
         if self.worker is not None:
             await asyncio.gather(self.worker, return_exceptions=True)
+        await notify.drain(NOTIFY_GRACE)
         self.store.close()
         log.info("%s stopped", "daemon" if self.schedules else "worker")
 
@@ -173,7 +187,7 @@ class Cluster(Daemon):
     def admits(self, entry: Entry | None, name: str) -> bool:
         if not super().admits(entry, name):
             return False
-        if entry is not None and entry.watch and self.busy(name):
+        if entry is not None and entry.watch and "doing" in self.jobs_of(name):
             self.record("skip", entry, "a watched file changed while the goal ran (its own writes do not retrigger it)")
             return False
         return True
@@ -199,22 +213,26 @@ class Cluster(Daemon):
             "due": due.isoformat() if due else None,
             "context": context,
         }
+        jobs = self.jobs_of(goal.name)
+        if "todo" in jobs:  # the queueing lock would refuse another: cheaper to ask first
+            return self.record("skip", entry, ALREADY_QUEUED, goal=goal.name)
         try:
-            await self.app.configure_task(TASK, lock=goal.name, queueing_lock=goal.name).defer_async(**args)
+            await self.queue.configure_task(TASK, lock=goal.name, queueing_lock=goal.name).defer_async(**args)
         except procrastinate.exceptions.AlreadyEnqueued:
-            return self.record("skip", entry, "a run is already queued (one follow-up at most)", goal=goal.name)
+            return self.record("skip", entry, ALREADY_QUEUED, goal=goal.name)
         except Exception as exc:  # the database went away: the trigger is lost, and says so
             return self.record("error", entry, f"cannot queue the run: {type(exc).__name__}: {exc}", goal=goal.name)
-        if self.busy(goal.name):
+        if "doing" in jobs:
             self.record("queued", entry, "the goal is running; one follow-up run queued", goal=goal.name)
 
-    def busy(self, goal: str) -> bool:
-        """A run of the goal is going on somewhere in the cluster (Procrastinate holds its lock)."""
+    def jobs_of(self, goal: str) -> set[str]:
+        """The states of the goal's jobs now: `doing` (it runs somewhere in the cluster), `todo` (one waits)."""
         assert isinstance(self.store, PostgresStore)
-        row = self.store.exec(
-            "SELECT 1 FROM procrastinate_jobs WHERE lock = %s AND status = 'doing' LIMIT 1", (goal,)
-        ).fetchone()
-        return row is not None
+        rows = self.store.exec(
+            "SELECT DISTINCT status::text AS s FROM procrastinate_jobs WHERE lock = %s AND status IN ('todo', 'doing')",
+            (goal,),
+        ).fetchall()
+        return {r["s"] for r in rows}
 
     def digest(self, goal: Goal) -> str:
         path = _goal_file(goal)
@@ -293,6 +311,7 @@ class Cluster(Daemon):
         why = f"the worker running it stopped answering (no heartbeat for {STALLED_AFTER:g}s)"
         for run_id in self.store.interrupt_job_runs(job.id, why):
             self.record("interrupted", entry, f"run {run_id}: {why}", goal=args.get("goal"))
+            unattended.tell_interrupted(self, run_id)
         retry = entry is not None and entry.retry_interrupted and not job.attempts
         try:
             if retry:
@@ -308,6 +327,11 @@ class Cluster(Daemon):
                 await self.app.job_manager.finish_job_by_id_async(
                     job.id, status=procrastinate.jobs.Status.FAILED, delete_job=False
                 )
+
+
+def _reason(task: asyncio.Task[Any]) -> str:
+    error = None if task.cancelled() else task.exception()
+    return f"{type(error).__name__}: {error}" if error else "it lost its database connection"
 
 
 def _goal_file(goal: Goal) -> Path:

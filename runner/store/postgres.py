@@ -9,8 +9,10 @@ whose schema is behind.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import queue
 import re
 import signal
 import socket
@@ -84,6 +86,15 @@ def is_postgres_url(text: str) -> bool:
     return text.startswith(("postgresql://", "postgres://"))
 
 
+def session(url: str) -> dict[str, Any]:
+    """Connection options: commits do not wait for the WAL to reach the disk (like SQLite's synchronous=NORMAL,
+    a crash of the database server can lose its last fraction of a second; a crash of runner loses nothing)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    given = str(conninfo_to_dict(url).get("options") or "")
+    return {"options": f"{given} -c synchronous_commit=off".strip()}
+
+
 def redact(url: str) -> str:
     """The URL without its password, for messages."""
     return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
@@ -97,6 +108,47 @@ def psycopg_module() -> Any:
     return psycopg
 
 
+class Writer(threading.Thread):
+    """Writes that return nothing, in order, on a connection of their own, many per round trip (a pipeline):
+    the event loop that records a step never waits for the database. Every read of the store waits for the
+    writes before it (`flush`), so a process always reads what it wrote."""
+
+    def __init__(self, connection: Any, where: str) -> None:
+        super().__init__(name="runner-store-writer", daemon=True)
+        self.db, self.where = connection, where
+        self.queue: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue()
+        self.failure: str | None = None
+
+    def run(self) -> None:
+        stop = False
+        while not stop:
+            batch = [self.queue.get()]
+            while len(batch) < 500:
+                try:
+                    batch.append(self.queue.get_nowait())
+                except queue.Empty:
+                    break
+            stop = None in batch
+            self._write([item for item in batch if item is not None])
+            for _ in batch:
+                self.queue.task_done()
+
+    def _write(self, batch: list[tuple[str, tuple[Any, ...]]]) -> None:
+        psycopg = psycopg_module()
+        try:
+            with self.db.pipeline():
+                for sql, args in batch:
+                    self.db.execute(sql, args)
+        except psycopg.Error as exc:
+            self.failure = f"run store {self.where}: {_first_line(exc)}"
+
+    def flush(self) -> None:
+        self.queue.join()
+        if self.failure is not None:
+            failure, self.failure = self.failure, None
+            raise StoreError(failure)
+
+
 class PgTranscript:
     """A run's transcript as rows of runner_transcripts, one INSERT per message or event."""
 
@@ -105,7 +157,7 @@ class PgTranscript:
 
     def append(self, kind: str, data: dict[str, Any]) -> None:
         event = json.dumps({"at": now(), "kind": kind, **data}, ensure_ascii=False, default=str)
-        self.store.exec("INSERT INTO runner_transcripts (run_id, event) VALUES (%s, %s)", (self.run_id, event))
+        self.store.write("INSERT INTO runner_transcripts (run_id, event) VALUES (%s, %s)", (self.run_id, event))
 
     def close(self) -> None:
         pass
@@ -121,8 +173,9 @@ class PostgresStore(Store):
         self.url = url
         self.where = redact(url)
         self._lock = threading.Lock()
+        self.writer: Writer | None = None
         try:
-            self.db = psycopg.connect(url, autocommit=True, row_factory=dict_row, connect_timeout=10)
+            self.db = psycopg.connect(url, autocommit=True, row_factory=dict_row, connect_timeout=10, **session(url))
         except psycopg.Error as exc:
             raise StoreError(f"cannot reach the PostgreSQL store {self.where}: {_first_line(exc)}") from None
         if check_schema:
@@ -162,20 +215,44 @@ class PostgresStore(Store):
         return applied
 
     def close(self) -> None:
+        if self.writer is not None:
+            self.writer.queue.put(None)
+            self.writer.join()
+            self.writer.db.close()
+            self.writer = None
         self.db.close()
 
     def exec(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
+        """A statement whose result is needed (or that must be done on return), after every queued write."""
         psycopg = psycopg_module()
+        self.flush()
         try:
             with self._lock:
                 return self.db.execute(sql, tuple(_text(a) for a in args))  # type: ignore[arg-type]
         except psycopg.Error as exc:
             raise StoreError(f"run store {self.where}: {_first_line(exc)}") from None
 
+    def write(self, sql: str, args: tuple[Any, ...] = ()) -> None:
+        """A statement that returns nothing: queued for the writer thread (started on the first write)."""
+        if self.writer is None:
+            psycopg = psycopg_module()
+            try:
+                connection = psycopg.connect(self.url, autocommit=True, connect_timeout=10, **session(self.url))
+            except psycopg.Error as exc:
+                raise StoreError(f"cannot reach the PostgreSQL store {self.where}: {_first_line(exc)}") from None
+            self.writer = Writer(connection, self.where)
+            self.writer.start()
+            atexit.register(self.flush)
+        self.writer.queue.put((sql, tuple(_text(a) for a in args)))
+
+    def flush(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+
     # runs
     def new_run(self, goal: str, trigger: str = "manual", entry_id: str | None = None) -> str:
         run_id = new_run_id()
-        self.exec(
+        self.write(
             "INSERT INTO runner_runs (id, goal, trigger, entry, started, pid, host, job_id)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
             (run_id, goal, trigger, entry_id, now(), os.getpid(), HOST, JOB.get()),
@@ -185,7 +262,7 @@ class PostgresStore(Store):
     def update_run(self, run_id: str, **fields: Any) -> None:
         if fields:
             columns = ", ".join(f"{name} = %s" for name in fields)
-            self.exec(f"UPDATE runner_runs SET {columns} WHERE id = %s", (*fields.values(), run_id))
+            self.write(f"UPDATE runner_runs SET {columns} WHERE id = %s", (*fields.values(), run_id))
 
     def run(self, run_id: str) -> dict[str, Any]:
         rows = self.exec(
@@ -257,6 +334,19 @@ class PostgresStore(Store):
         self.kill_orphans()
         return dead
 
+    def run_alive(self, run: dict[str, Any]) -> bool:
+        """On this machine, its process; on another, its worker's heartbeat (unknown there: assumed alive)."""
+        if run.get("host") == HOST:
+            return pid_alive(run.get("pid"))
+        if run.get("job_id") is None:
+            return True
+        row = self.exec(
+            "SELECT 1 FROM procrastinate_jobs j JOIN procrastinate_workers w ON w.id = j.worker_id"
+            " WHERE j.id = %s AND j.status = 'doing' AND w.last_heartbeat > now() - interval '30 seconds'",
+            (run["job_id"],),
+        ).fetchone()
+        return row is not None
+
     def kill_orphans(self) -> None:
         """Kill the process groups on this machine whose run's process is gone."""
         rows = self.exec(
@@ -291,13 +381,13 @@ class PostgresStore(Store):
     # process groups of a run
     def track_process(self, run_id: str, pid: int, alive: bool) -> None:
         if alive:
-            self.exec(
+            self.write(
                 "INSERT INTO runner_processes VALUES (%s, %s, %s, %s) ON CONFLICT (host, pid, run_id)"
                 " DO UPDATE SET started = EXCLUDED.started",
                 (HOST, pid, run_id, process_start(pid)),
             )
         else:
-            self.exec("DELETE FROM runner_processes WHERE host = %s AND pid = %s AND run_id = %s", (HOST, pid, run_id))
+            self.write("DELETE FROM runner_processes WHERE host = %s AND pid = %s AND run_id = %s", (HOST, pid, run_id))
 
     def kill_processes(self, run_id: str) -> None:
         """Kill the process groups a dead run left on this machine (only those whose start time still matches)."""
@@ -314,13 +404,13 @@ class PostgresStore(Store):
 
     # attempts and checks
     def record_attempt(self, run_id: str, number: int, **fields: Any) -> None:
-        self.exec(
+        self.write(
             "INSERT INTO runner_attempts (run_id, number, started) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
             (run_id, number, now()),
         )
         if fields:
             columns = ", ".join(f"{name} = %s" for name in fields)
-            self.exec(
+            self.write(
                 f"UPDATE runner_attempts SET {columns} WHERE run_id = %s AND number = %s",
                 (*fields.values(), run_id, number),
             )
@@ -329,7 +419,7 @@ class PostgresStore(Store):
         names = ", ".join(fields)
         marks = ", ".join("%s" for _ in fields)
         updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in fields) or "name = EXCLUDED.name"
-        self.exec(
+        self.write(
             f"INSERT INTO runner_checks (run_id, attempt, position, {names}) VALUES (%s, %s, %s, {marks})"
             f" ON CONFLICT (run_id, attempt, position) DO UPDATE SET {updates}",
             (run_id, attempt, position, *fields.values()),
@@ -394,7 +484,7 @@ class PostgresStore(Store):
         return row is not None
 
     def log_event(self, kind: str, goal: str | None = None, entry_id: str | None = None, detail: str = "") -> None:
-        self.exec(
+        self.write(
             "INSERT INTO runner_events (at, entry, goal, kind, detail) VALUES (%s, %s, %s, %s, %s)",
             (now(), entry_id, goal, kind, detail),
         )
