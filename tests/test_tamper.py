@@ -90,8 +90,11 @@ def test_in_the_jail_the_shell_cannot_edit_the_test_either(proj, server):
     assert (proj.root / "tests/test_calc.py").read_text() == TEST
 
 
-def test_fixing_the_code_is_achieved(proj, server):
-    calc_project(proj)
+@pytest.mark.parametrize(
+    "extra", ["", " && test " + "x" * 300 + " != y", " && cat nothing/" + "b/" * 3000 + " || true"]
+)
+def test_fixing_the_code_is_achieved(proj, server, extra):
+    calc_project(proj, VERIFIER + extra)  # words no file can have are no check inputs
     server.add({"tool_calls": [call("write_file", path="src/calc.py", content=FIXED)]}, done())
     assert proj.cli_json("goal", "calc")["outcome"] == "achieved"
 

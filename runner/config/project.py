@@ -220,7 +220,7 @@ def missing_scripts(goal: Goal, doc: Document) -> list[str]:
         for word in script_words(check.run or ""):
             if "$" in word or not ("/" in word or word.endswith(SCRIPT_SUFFIXES)):
                 continue
-            if not any((base / word).exists() for base in (goal.workpath, goal.root)):
+            if not any(_exists(base / word) for base in (goal.workpath, goal.root)):
                 where = "the workdir" if goal.workpath == goal.root.resolve() else "the workdir or the project root"
                 message = (
                     f"{word} does not exist in {where}: fix the path (if the agent is to create it, "
@@ -234,6 +234,13 @@ def _is_folder(path: Path) -> bool:
     try:
         return path.is_dir()
     except (OSError, ValueError):  # a name too long, a loop of symlinks: not a usable folder either
+        return False
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):
         return False
 
 
