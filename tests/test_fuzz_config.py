@@ -93,6 +93,9 @@ HOSTILE = [
     '"a\\0b"',
     "a" * 5000,
     "../../../../etc",
+    "python3 " + "a" * 300 + ".py",
+    "cat " + "b/" * 3000,
+    "'python3 x.py \\0'",
     "---\n---\n",
     "%YAML 1.1\n---",
     ": :",
@@ -206,12 +209,13 @@ values = st.recursive(
 documents = st.dictionaries(st.sampled_from(FIELDS), values, max_size=8)
 
 FUZZ = settings(
-    max_examples=150,
+    max_examples=100,
     deadline=10_000,  # ms per document: a hang fails here
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(edits=edits)
 def test_mutated_goal_files(tmp_path_factory, edits):
@@ -219,6 +223,7 @@ def test_mutated_goal_files(tmp_path_factory, edits):
     load_and_validate(root)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(edits=edits)
 def test_mutated_schedule_files(tmp_path_factory, edits):
@@ -226,6 +231,7 @@ def test_mutated_schedule_files(tmp_path_factory, edits):
     load_and_validate(root)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(goal=documents, settings_file=documents, entry=documents)
 def test_generated_documents(tmp_path_factory, goal, settings_file, entry):
@@ -236,6 +242,7 @@ def test_generated_documents(tmp_path_factory, goal, settings_file, entry):
     load_and_validate(root)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(field=st.sampled_from(FIELDS), hostile=st.sampled_from(HOSTILE), nested=st.booleans())
 def test_hostile_values_in_every_field(tmp_path_factory, field, hostile, nested):
