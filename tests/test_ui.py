@@ -54,7 +54,11 @@ def test_goals_page_shows_entries_next_fire_and_a_strip_of_outcomes(proj, client
     (proj.root / "done.txt").unlink()
     proj.write(
         "goals/tidy.yaml",
-        {"prompt": "p", "verify": {"checks": [{"name": "done exists", "run": "false"}], "max_attempts": 1}},
+        {
+            "prompt": "p",
+            "verify": {"checks": [{"name": "done exists", "run": "false"}], "max_attempts": 1},
+            "budget": {"tokens_per_day": 50000},
+        },
     )
     run_goal(proj, "tidy", {"content": "nothing to do"})
     page = client.get("/")
@@ -64,7 +68,9 @@ def test_goals_page_shows_entries_next_fire_and_a_strip_of_outcomes(proj, client
     strip = re.search(r'<ol class="strip".*?</ol>', row, re.S).group(0)
     assert re.findall(r'<span class="sr"> ([a-z ]+)</span>', strip) == ["achieved", "not achieved"]
     assert "✓" in strip and "✗" in strip  # readable without colour
-    assert "tokens" in row and ">Trigger<" in row and ">Pause<" in row
+    spent = sum(r["tokens"] for r in open_store(load_project(proj.root)).find_runs(goal="tidy"))
+    assert f"{spent:,} tokens" in row and "budget 50,000 tokens a day" in row
+    assert ">Trigger<" in row and ">Pause<" in row
 
 
 def test_trigger_pause_and_resume_are_posts_with_a_csrf_token(proj, client):

@@ -24,6 +24,7 @@ class EntryRow:
     next_fire: str | None
     paused: bool
     enabled: bool
+    budget: str | None = None
 
 
 @dataclass
@@ -81,7 +82,7 @@ def goal_rows(catalog: Catalog, store: Store) -> list[GoalRow]:
             state = store.entry(entry.id)
             paused = bool(state.get("paused"))
             fire = next_fire(entry, state.get("last_fire")) if entry.enabled and not paused else None
-            row.entries.append(EntryRow(entry.id, describe(entry), _when(fire), paused, entry.enabled))
+            row.entries.append(EntryRow(entry.id, describe(entry), _when(fire), paused, entry.enabled, _budget(entry)))
         row.strip = list(reversed(store.find_runs(goal=name, limit=STRIP)))
         today_rows = spent.get(name, [])
         row.tokens_today = sum(r["tokens"] or 0 for r in today_rows)
@@ -91,9 +92,9 @@ def goal_rows(catalog: Catalog, store: Store) -> list[GoalRow]:
     return rows
 
 
-def _budget(goal: Any) -> str | None:
-    """The goal's daily budget, where the goal declares one."""
-    budget = getattr(goal, "budget", None)
+def _budget(owner: Any) -> str | None:
+    """The daily budget a goal or an entry declares, if any."""
+    budget = getattr(owner, "budget", None)
     if budget is None:
         return None
     parts = []
