@@ -292,6 +292,19 @@ def test_a_provider_error_is_said_once(proj, server):
     assert (result.stdout + result.stderr).count("model overloaded today") == 1
 
 
+def test_a_refused_connection_on_this_machine_is_one_line_without_retries(proj, server):
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing listens there
+    proj.goal("g", prompt="hi", model={"base_url": f"http://127.0.0.1:{port}/v1", "max_retries": 4})
+    result = proj.subprocess("goal", "g")
+    assert result.returncode == 3
+    said = [line for line in (result.stdout + result.stderr).splitlines() if "connection refused" in line]
+    assert len(said) == 1 and "0 retries" in said[0] and f"127.0.0.1:{port}" in said[0]
+
+
 def entry_project(proj) -> None:
     proj.goal("g", prompt="hi", verify={"checks": [{"run": "true"}]})
     proj.write("schedules/team.yaml", [{"goal": "g", "every": "1h"}, {"goal": "g", "cron": "0 9 * * 1-5"}])

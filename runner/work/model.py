@@ -81,6 +81,9 @@ class Model:
             model._script_url = url
             return model
         base_url = config.base_url or os.environ.get("OPENAI_BASE_URL")
+        refused = refused_on_this_machine(base_url)
+        if refused:
+            raise ProviderError(f"model {config.name}: {refused}")
         if not config.api_key_env:
             return cls(config, base_url, "none")
         key = take_key(config.api_key_env)
@@ -326,6 +329,28 @@ def _blank_initial(name: str) -> None:
             i += 1
     except (OSError, ValueError, AttributeError):
         pass
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def refused_on_this_machine(base_url: str | None) -> str | None:
+    """Why a loopback endpoint cannot be reached, if it refuses connections: nothing listens, so retrying
+    with backoff only delays the same answer (a remote endpoint keeps its retries)."""
+    import socket
+
+    parts = urlsplit(base_url or "")
+    if parts.hostname not in LOOPBACK:
+        return None
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        socket.create_connection((parts.hostname, port), timeout=1).close()
+    except ConnectionRefusedError:
+        url = redact_url(base_url or "")
+        return f"cannot connect to {url}: nothing listens there (connection refused; 0 retries: it is this machine)"
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def redact_url(url: str) -> str:
