@@ -115,6 +115,15 @@ def test_a_change_while_the_checks_run_is_tampering(proj, server):
     assert (proj.root / "verifiers/unit.py").read_text() == UNIT
 
 
+def test_what_a_check_writes_among_the_files_it_names_is_not_tampering(proj, server):
+    calc_project(proj, f"{VERIFIER} > log.txt", verify={"max_attempts": 2})
+    proj.write("log.txt", "the last run's output\n")  # named by the check: an input, and the check rewrites it
+    server.add(done(), {"tool_calls": [call("write_file", path="src/calc.py", content=FIXED)]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert (out["outcome"], out["attempts"]) == ("achieved", 2)
+    assert (proj.root / "log.txt").read_text() == "ok\n"
+
+
 def test_caches_the_checks_write_are_not_tampering(proj, server):
     calc_project(proj, PYTEST)  # pytest writes tests/__pycache__ inside the protected folder's neighbourhood
     proj.write("tests/__pycache__/old.pyc", "stale")

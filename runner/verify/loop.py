@@ -209,7 +209,7 @@ class Verifier:
             if work.stop_reason == "error":
                 return self._finish("error", error=work.error)
             results = await self._checks(attempt)
-            if tampered := self._tampered(snapshot, "something while the checks ran"):
+            if tampered := self._tampered(snapshot, "something while the checks ran", checks_ran=True):
                 return tampered
             if not verify.checks:
                 return self._finish("achieved" if work.stop_reason == "completed" else "not_achieved")
@@ -229,9 +229,9 @@ class Verifier:
                 snapshot = None  # the user's reset command may change protected files; fingerprint anew
         return self._finish("not_achieved")
 
-    def _tampered(self, snapshot: Snapshot, who: str) -> RunResult | None:
+    def _tampered(self, snapshot: Snapshot, who: str, *, checks_ran: bool = False) -> RunResult | None:
         """The run ends `tampered` when protected paths changed since the snapshot; what changed is put back."""
-        changed = snapshot.changes()
+        changed = snapshot.changes(checks_ran=checks_ran)
         if not changed:
             return None
         failed = snapshot.restore(changed)

@@ -44,9 +44,15 @@ _contents: dict[str, tuple[Stamp, bytes]] = {}
 def protected_patterns(goal: Goal) -> list[str]:
     """Every path the tamper lock watches, relative to the root: the project's fixed ones, `protect:`, the
     checks' scripts and (unless `verify.protect_check_inputs` is false) what the checks name as arguments."""
-    fixed = [p for p in ALWAYS_PROTECTED if p != STATE]
-    inputs = [p for p in check_inputs(goal) if not _in_state(p)]
-    return list(dict.fromkeys([*fixed, *goal.protect, *check_scripts(goal), *inputs]))
+    return list(dict.fromkeys([*_locked(goal), *_inputs(goal)]))
+
+
+def _locked(goal: Goal) -> list[str]:
+    return [*(p for p in ALWAYS_PROTECTED if p != STATE), *goal.protect, *check_scripts(goal)]
+
+
+def _inputs(goal: Goal) -> list[str]:
+    return [p for p in check_inputs(goal) if not _in_state(p)]
 
 
 @dataclass
@@ -56,10 +62,14 @@ class Snapshot:
     files: dict[str, bytes | None]
     """The content of each regular file; None when it could not be kept (too large, unreadable)."""
     patterns: list[str]
+    inputs: list[str]
+    """The check inputs among the patterns (and not scripts or protected): the checks may write them."""
 
     @classmethod
     def take(cls, goal: Goal) -> Snapshot:
         patterns = protected_patterns(goal)
+        locked = _locked(goal)
+        inputs = [p for p in _inputs(goal) if not _covered(p, locked)]
         stamps = _stamps(goal.root, patterns)
         base, kept = f"{goal.root}{os.sep}", 0
         files: dict[str, bytes | None] = {}
@@ -67,12 +77,31 @@ class Snapshot:
             if stat.S_ISREG(s[4]):
                 kept += s[1]
                 files[rel] = _content(base + rel, s) if kept <= MAX_COPIES else None
-        return cls(goal.root, stamps, files, patterns)
+        return cls(goal.root, stamps, files, patterns, inputs)
 
-    def changes(self) -> list[str]:
-        """Paths created, changed or deleted since the snapshot, relative to the root."""
+    def changes(self, *, checks_ran: bool = False) -> list[str]:
+        """Paths created, changed or deleted since the snapshot, relative to the root.
+
+        After the checks (`checks_ran`), what they wrote among their own inputs (`tee log.txt`, `sort -o
+        out.txt`) is no change: it becomes part of the snapshot. The attempt's processes are gone by then.
+        """
         now = _stamps(self.root, self.patterns)
-        return sorted(p for p in self.stamps.keys() | now.keys() if self.stamps.get(p) != now.get(p))
+        changed = sorted(p for p in self.stamps.keys() | now.keys() if self.stamps.get(p) != now.get(p))
+        if not checks_ran:
+            return changed
+        written = [p for p in changed if _covered(p, self.inputs)]
+        self._accept(written, now)
+        return [p for p in changed if p not in written]
+
+    def _accept(self, paths: list[str], now: dict[str, Stamp]) -> None:
+        base = f"{self.root}{os.sep}"
+        for rel in paths:
+            if rel in now:
+                self.stamps[rel] = now[rel]
+                self.files[rel] = _content(base + rel, now[rel]) if stat.S_ISREG(now[rel][4]) else None
+            else:
+                self.stamps.pop(rel, None)
+                self.files.pop(rel, None)
 
     def restore(self, paths: list[str]) -> list[str]:
         """Put `paths` back as they were; what could not be put back, each as `path (why)`."""
