@@ -335,15 +335,22 @@ def test_list_shows_the_last_outcome_of_each_entry(proj, server):
     assert rows["team/g/cron"]["last_outcome"] is None
 
 
+def every_command(group: click.Group, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Command]]:
+    found = []
+    for name, command in group.commands.items():
+        found.append(((*path, name), command))
+        if isinstance(command, click.Group):
+            found += every_command(command, (*path, name))
+    return found
+
+
 def test_every_option_has_help_and_every_command_an_example():
-    for name, command in main.commands.items():
+    assert "Example:" in CliRunner().invoke(main, ["--help"]).output
+    for path, command in every_command(main):
         for param in command.params:
             if isinstance(param, click.Option) and "--help" not in param.opts:
-                assert param.help, f"runner {name} {param.opts[0]} has no help text"
-    assert "Example:" in CliRunner().invoke(main, ["--help"]).output
-    documented = ("init", "validate", "goal", "check", "runs", "show", "list", "daemon", "trigger", "pause", "resume")
-    for name in (*documented, "approve", "reject"):
-        assert "Example:" in CliRunner().invoke(main, [name, "--help"]).output, name
+                assert param.help, f"runner {' '.join(path)} {param.opts[0]} has no help text"
+        assert "Example:" in CliRunner().invoke(main, [*path, "--help"]).output, f"runner {' '.join(path)}"
 
 
 # Docs inside the repository

@@ -30,14 +30,24 @@ def postgres_store(ctx: click.Context, check_schema: bool = True) -> PostgresSto
 
 @click.group()
 def db() -> None:
-    """The PostgreSQL store's schema (runner's and Procrastinate's)."""
+    """The PostgreSQL store's schema (runner's and Procrastinate's).
+
+    \b
+    Example:
+      runner db migrate
+    """
 
 
 @db.command()
 @click.pass_context
 @reports_errors
 def migrate(ctx: click.Context) -> None:
-    """Apply what the database lacks of runner's and Procrastinate's schema (safe to run again)."""
+    """Apply what the database lacks of runner's and Procrastinate's schema (safe to run again).
+
+    \b
+    Example:
+      runner db migrate -C ~/projects/nightly
+    """
     from ..schedule.cluster import migrate as apply
 
     store = postgres_store(ctx, check_schema=False)
@@ -46,11 +56,16 @@ def migrate(ctx: click.Context) -> None:
 
 
 @db.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.pass_context
 @reports_errors
 def status(ctx: click.Context, as_json: bool) -> None:
-    """Workers alive, and runs queued and running per goal."""
+    """Workers alive, and runs queued and running per goal.
+
+    \b
+    Example:
+      runner db status --json
+    """
     from ..schedule.cluster import status as read
 
     report = _run(read(postgres_store(ctx)))
@@ -74,7 +89,12 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 @reports_errors
 def worker(ctx: click.Context, concurrency: int | None) -> None:
-    """Work the queued runs of a PostgreSQL store until SIGTERM or SIGINT (schedules nothing)."""
+    """Work the queued runs of a PostgreSQL store until SIGTERM or SIGINT (schedules nothing).
+
+    \b
+    Example:
+      runner worker --concurrency 8
+    """
     import asyncio
     import logging
 

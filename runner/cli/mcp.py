@@ -11,7 +11,12 @@ from .common import project_of, reports_errors, run_async
 @click.pass_context
 def mcp(ctx: click.Context) -> None:
     """Serve runner as an MCP server over stdio (list_goals, run_goal, get_run, list_runs, approve, reject,
-    trigger). Register it with a client: claude mcp add runner -- runner mcp -C DIR"""
+    trigger).
+
+    \b
+    Example:
+      claude mcp add runner -- runner mcp -C DIR
+    """
     if ctx.invoked_subcommand is None:
         from ..mcp_server import serve
 
@@ -23,7 +28,12 @@ def mcp(ctx: click.Context) -> None:
 @click.pass_context
 @reports_errors
 def list_tools(ctx: click.Context, goal: str | None) -> None:
-    """Start the MCP servers of GOAL (default: those of runner.yaml), print their tools, stop them."""
+    """Start the MCP servers of GOAL (default: those of runner.yaml), print their tools, stop them.
+
+    \b
+    Example:
+      runner mcp list triage
+    """
     from ..config import load_goal
     from ..work.tools.mcp import survey
 

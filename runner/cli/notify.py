@@ -16,7 +16,12 @@ if TYPE_CHECKING:
 
 @click.group()
 def notify() -> None:
-    """Notifications (`notify:` in runner.yaml, a goal or a schedule entry)."""
+    """Notifications (`notify:` in runner.yaml, a goal or a schedule entry).
+
+    \b
+    Example:
+      runner notify test
+    """
 
 
 @notify.command()

@@ -55,7 +55,12 @@ user_flag = click.option("--user", "user_unit", is_flag=True, help="A unit of yo
 
 @click.group()
 def service() -> None:
-    """The daemon as a systemd unit: install, status, uninstall."""
+    """The daemon as a systemd unit: install, status, uninstall.
+
+    \b
+    Example:
+      runner service install --user
+    """
 
 
 @service.command()
@@ -98,7 +103,12 @@ def install(ctx: click.Context, user_unit: bool, print_only: bool, env_file: boo
 @click.pass_context
 @reports_errors
 def status(ctx: click.Context, user_unit: bool) -> None:
-    """Whether the unit is installed, enabled and running; exit 0 when it runs, 3 when not installed."""
+    """Whether the unit is installed, enabled and running; exit 0 when it runs, 3 when not installed.
+
+    \b
+    Example:
+      runner service status --user
+    """
     project = project_of(ctx)
     path = unit_path(project, user_unit)
     if not path.exists():
@@ -115,7 +125,12 @@ def status(ctx: click.Context, user_unit: bool) -> None:
 @click.pass_context
 @reports_errors
 def uninstall(ctx: click.Context, user_unit: bool) -> None:
-    """Stop and disable the unit, and remove its file."""
+    """Stop and disable the unit, and remove its file.
+
+    \b
+    Example:
+      runner service uninstall --user
+    """
     project = project_of(ctx)
     path = unit_path(project, user_unit)
     if not path.exists():

@@ -14,7 +14,12 @@ from .common import project_of, reports_errors, run_async
 @reports_errors
 def ui(ctx: click.Context, host: str | None, port: int | None) -> None:
     """Serve the dashboard: goals, runs, live transcripts, approvals, charts. Any address but loopback needs
-    daemon.ui.token in runner.yaml."""
+    daemon.ui.token in runner.yaml.
+
+    \b
+    Example:
+      runner ui --port 8800
+    """
     import asyncio
 
     from ..ui import serve
