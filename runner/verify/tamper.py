@@ -10,7 +10,6 @@ run's own attempt (or its checks), and the restore puts back only what changed i
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import fnmatch
 import json
 import os
@@ -24,6 +23,11 @@ from typing import Any
 
 from ..config import ALWAYS_PROTECTED, Goal
 from ..work.tools.paths import check_inputs, check_scripts
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; runs there are not claimed
+    fcntl = None  # type: ignore[assignment]
 
 STATE = ".runner"
 """runner's own state changes during a run: never fingerprinted, never restored."""
@@ -316,7 +320,7 @@ async def claimed(goal: Goal, run_id: str, waiting: Callable[[list[str]], None])
     try:
         while True:
             try:
-                clashing, fd = _try_claim(folder, claim)
+                clashing, fd = _try_claim(folder, claim) if fcntl is not None else ([], None)
             except OSError:
                 break
             if not clashing:
