@@ -270,13 +270,14 @@ def test_max_cost_stops_an_attempt(proj, server):
         verify={"max_attempts": 1},
     )
     usage = {"prompt_tokens": 600, "completion_tokens": 100}  # $0.70 a step at $1000 per million
-    server.add(*[{"tool_calls": [call("list_files")], "usage": usage}] * 3)
+    server.add(*[{"tool_calls": [call("list_files")], "usage": usage}] * 4)
     out = proj.cli_json("goal", "spend")
     assert (out["outcome"], out["stop_reason"], out["steps"]) == ("not_achieved", "max_cost", 2)
     assert out["cost_usd"] == pytest.approx(1.4)
     assert len(server.requests) == 2
     run = proj.cli_json("show", out["run_id"])
     assert run["cost_usd"] == pytest.approx(1.4)
+    assert "2 steps · 1.4k tokens · $1.40 · " in proj.cli("goal", "spend").stdout
     replies = [e for e in run["transcript"] if e["kind"] == "reply"]
     assert [r["cost"] for r in replies] == [pytest.approx(0.7), pytest.approx(0.7)]
 

@@ -180,6 +180,8 @@ def outcome_line(result: dict[str, Any]) -> str:
         f"{tokens(result['tokens'])} tokens",
         f"{result['duration_s']:.0f}s" if result["duration_s"] >= 10 else f"{result['duration_s']:.1f}s",
     ]
+    if result.get("cost_usd") is not None:  # known only when the model's price is (DESIGN 10)
+        parts.insert(4, f"${result['cost_usd']:.4f}" if result["cost_usd"] < 1 else f"${result['cost_usd']:.2f}")
     return " · ".join(parts)
 
 
