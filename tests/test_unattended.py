@@ -371,6 +371,20 @@ def test_service_status_and_uninstall_say_when_nothing_is_installed(proj, monkey
         assert out.exit_code == 3 and "no unit installed for" in out.output and "runner-" in out.output
 
 
+def test_install_without_a_reachable_systemd_says_so_and_writes_nothing(proj, monkeypatch, tmp_path):
+    reachable = (
+        shutil.which("systemctl")
+        and subprocess.run(["systemctl", "--user", "show-environment"], capture_output=True, check=False).returncode
+        == 0
+    )
+    if reachable:
+        pytest.skip("a user systemd is running here: the test would install a real unit")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    out = proj.cli("service", "install", "--user")
+    assert out.exit_code == 3 and "runner service install --print" in out.output
+    assert not (tmp_path / "home").exists()
+
+
 def test_the_service_unit(proj):
     proj.write("runner.yaml", proj.root.joinpath("runner.yaml").read_text() + "  shutdown_grace: 45s\n")
     out = proj.cli("service", "install", "--print", "--env-file")

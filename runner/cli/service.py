@@ -191,7 +191,12 @@ def _systemctl(user_unit: bool) -> list[str]:
         raise DaemonError(
             "systemd is not available here (no systemctl); `runner service install --print` writes the unit"
         )
-    return ["systemctl", "--user"] if user_unit else ["systemctl"]
+    systemctl = ["systemctl", "--user"] if user_unit else ["systemctl"]
+    reached = subprocess.run([*systemctl, "show-environment"], capture_output=True, text=True, check=False)
+    if reached.returncode != 0:
+        said = " ".join(reached.stderr.split()) or f"exit code {reached.returncode}"
+        raise DaemonError(f"systemd cannot be reached ({said}); `runner service install --print` writes the unit")
+    return systemctl
 
 
 def _run(command: list[str]) -> None:
