@@ -140,20 +140,21 @@ def test_pass_trigger_false_leaves_the_prompt_alone_and_a_payload_comes_by_hand(
     schedule(proj, {"goal": "triage", "every": "1h", "pass_trigger": False})
     server.add({"content": "ok"})
     daemon = daemons(proj)
-    payload = json.dumps({"issue": 42, "note": "```\nnot a fence end"})
+    payload = json.dumps({"issue": 42, "note": "```\nnot a fence end", "log": "x" * 20_000})
     out = proj.subprocess("trigger", "report", "--payload", "-", input=payload)
     assert out.returncode == 0, out.stderr
     [run] = daemon.wait_runs(1, "achieved")
     prompt = first_prompt(server.requests[0])
     assert '"issue": 42' in prompt and '"by": "runner trigger"' in prompt
     assert "````json" in prompt  # the payload's own ``` cannot close the block
+    assert "cut at 8000 bytes" in prompt and len(prompt.encode()) < 9_000
     proj.write("schedules/main.yaml", [{"goal": "triage", "every": "0.2s", "pass_trigger": False}])
     server.add({"content": "ok"})
     daemon.wait_runs(2, "achieved")
     daemon.stop()
     assert first_prompt(server.requests[1]) == "Triage."
     saved = json.loads((proj.root / ".runner/runs" / run["run_id"] / "trigger.json").read_text())
-    assert saved["payload"]["issue"] == 42
+    assert saved["payload"]["issue"] == 42 and len(saved["payload"]["log"]) == 20_000  # the file keeps it whole
 
 
 def test_changed_paths_and_the_upstream_run_reach_the_prompt(proj, server, daemons):
