@@ -234,6 +234,22 @@ def test_a_run_killed_with_its_daemon_is_notified_interrupted_at_the_next_start(
     assert message["title"] == "runner: hang interrupted" and run["run_id"] in message["message"]
 
 
+def test_an_entry_paused_by_its_circuit_breaker_is_notified(proj, daemons, receivers):
+    receiver = receivers()
+    verify = {"max_attempts": 1, "checks_first": True, "checks": [{"run": "false"}]}
+    proj.goal("red", prompt="fix", verify=verify, model={"name": "script:red.yaml"})
+    proj.write("red.yaml", [{"content": "no"}] * 10)
+    schedule(
+        proj, {"goal": "red", "every": "0.2s", "pause_after": 2, "notify": [{"url": receiver.url, "on": ["paused"]}]}
+    )
+    daemon = daemons(proj)
+    daemon.wait_log("paused    red")
+    [message] = receiver.wait(1)
+    daemon.stop()
+    assert message["title"] == "runner: red paused" and "runner resume red" in message["message"]
+    assert len(daemon.runs()) == 2
+
+
 def test_a_dead_receiver_is_logged_and_never_changes_the_outcome(proj, server):
     failing_goal(proj, "fix", notify=[dead_url(), {"command": "cat > got.json"}])
     server.add({"content": "done"})
