@@ -172,10 +172,43 @@ def _send_url(target: NotifyTarget, message: Message) -> tuple[bool, str]:
     kind = apprise.NotifyType.INFO if message.outcome == TEST else apprise.NotifyType.FAILURE
     if message.outcome in ("awaiting_approval", PAUSED, BUDGET):
         kind = apprise.NotifyType.WARNING
-    with apprise.LogCapture(level=logging.WARNING) as captured:
+    _said.lines = []
+    try:
         ok = bool(sender.notify(body=message.body, title=message.title, notify_type=kind))
-    said = " ".join(line.split(" - ", 2)[-1] for line in captured.getvalue().splitlines())
+        said = " ".join(_said.lines)
+    finally:
+        _said.lines = None
     return ok, said or ("sent" if ok else "the receiver did not accept it")
+
+
+class _Said(logging.Handler):
+    """Keeps what Apprise logs while this thread sends: the reason a delivery failed, for the record.
+
+    Apprise's own log lines stop here; the failure is logged once, by `_deliver`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.local = threading.local()
+
+    @property
+    def lines(self) -> list[str] | None:
+        return getattr(self.local, "lines", None)
+
+    @lines.setter
+    def lines(self, value: list[str] | None) -> None:
+        self.local.lines = value
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.lines is not None:
+            self.lines.append(record.getMessage())
+
+
+_said = _Said()
+_apprise_log = logging.getLogger("apprise")
+_apprise_log.addHandler(_said)
+_apprise_log.setLevel(logging.WARNING)
+_apprise_log.propagate = False
 
 
 def _send_command(command: str, message: Message, root: Path) -> tuple[bool, str]:
