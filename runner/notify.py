@@ -121,8 +121,10 @@ def announce(message: Message, targets: Iterable[NotifyTarget], root: Path, reco
 
 async def drain(timeout: float) -> None:
     """Wait at most `timeout` seconds for the deliveries under way (a process about to exit calls this)."""
-    if _pending:
-        await asyncio.wait(set(_pending), timeout=timeout)
+    loop = asyncio.get_running_loop()
+    under_way = {task for task in _pending if task.get_loop() is loop}
+    if under_way:
+        await asyncio.wait(under_way, timeout=timeout)
 
 
 async def _deliver(target: NotifyTarget, message: Message, root: Path, record: Recorder) -> None:
