@@ -40,7 +40,7 @@ def daemon(ctx: click.Context, verbose: bool) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     if not verbose:
-        for noisy in ("apscheduler", "httpx", "httpx2", "openai", "watchfiles"):
+        for noisy in ("apscheduler", "httpx", "httpx2", "openai", "procrastinate", "watchfiles"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
     async def serve() -> None:

@@ -246,16 +246,27 @@ class Daemon:
         name = entry.goal if entry is not None else goal_name or ""
         if not follow_up:
             self.record("trigger", entry, trigger, goal=name)
+        if self.admits(entry, name):
+            self.start(entry, trigger, name, due, context)
+
+    def admits(self, entry: Entry | None, name: str) -> bool:
+        """Whether a trigger may start goal `name` now; a refusal is recorded as a `skip` with its reason."""
         if self.stopping.is_set():
-            return self.record("skip", entry, "the daemon is shutting down", goal=name)
-        if entry is not None and self.store.entry(entry.id)["paused"]:
-            return self.record("skip", entry, "the entry is paused (runner resume to restart it)")
-        if entry is not None and entry.until is not None and _now() > entry.until:
-            return self.record("skip", entry, f"past until {entry.until.isoformat()}")
-        if name not in self.catalog.goals:
-            return self.record("skip", entry, f"unknown goal {name!r}", goal=name)
-        if unattended.skip_for_budget(self, self.catalog.goals[name], entry):
-            return None
+            self.record("skip", entry, "the daemon is shutting down", goal=name)
+        elif entry is not None and self.store.entry(entry.id)["paused"]:
+            self.record("skip", entry, "the entry is paused (runner resume to restart it)")
+        elif entry is not None and entry.until is not None and _now() > entry.until:
+            self.record("skip", entry, f"past until {entry.until.isoformat()}")
+        elif name not in self.catalog.goals:
+            self.record("skip", entry, f"unknown goal {name!r}", goal=name)
+        else:
+            return not unattended.skip_for_budget(self, self.catalog.goals[name], entry)
+        return False
+
+    def start(
+        self, entry: Entry | None, trigger: str, name: str, due: datetime | None, context: dict[str, Any] | None
+    ) -> None:
+        """Start an admitted goal in this process, or queue its one follow-up, or record why not."""
         slot = self.slots.setdefault(name, Slot())
         if slot.task is not None and not slot.task.done():
             if slot.follow_up is None:
@@ -276,19 +287,7 @@ class Daemon:
             async with self.semaphore:
                 if self.stopping.is_set():
                     return self.record("skip", entry, "the daemon is shutting down", goal=goal.name)
-                self.record("start", entry, f"{trigger} due {due.isoformat()}" if due else trigger, goal=goal.name)
-                checks_first = entry.checks_first if entry is not None and entry.checks_first else None
-                result = await run_goal(
-                    goal,
-                    self.store,
-                    trigger=trigger,
-                    entry_id=entry.id if entry else None,
-                    approver=self.approver,
-                    checks_first=checks_first,
-                    context=unattended.context_of(goal, entry, trigger, due, context),
-                    pass_trigger=entry.pass_trigger if entry is not None else True,
-                    targets=notify.targets_of(goal.notify, entry.notify if entry is not None else None),
-                )
+                result = await self.execute(goal, entry, trigger, due, context)
             self.finished(goal, entry, result)
         except StoreError as exc:
             log.error("cannot record a run of %s (%s); it is tried again at the next poll", goal.name, exc)
@@ -303,6 +302,23 @@ class Daemon:
             slot.task = None
             if follow_up is not None:
                 self.fire(follow_up[0], follow_up[1], goal.name, follow_up=True, context=slot.follow_up_context)
+
+    async def execute(
+        self, goal: Goal, entry: Entry | None, trigger: str, due: datetime | None, context: dict[str, Any] | None
+    ) -> RunResult:
+        """One run of a goal for a trigger, recorded from `start` on (the cluster engine's workers call it too)."""
+        self.record("start", entry, f"{trigger} due {due.isoformat()}" if due else trigger, goal=goal.name)
+        return await run_goal(
+            goal,
+            self.store,
+            trigger=trigger,
+            entry_id=entry.id if entry else None,
+            approver=self.approver,
+            checks_first=entry.checks_first if entry is not None and entry.checks_first else None,
+            context=unattended.context_of(goal, entry, trigger, due, context),
+            pass_trigger=entry.pass_trigger if entry is not None else True,
+            targets=notify.targets_of(goal.notify, entry.notify if entry is not None else None),
+        )
 
     def finished(self, goal: Goal, entry: Entry | None, result: RunResult) -> None:
         self.record("outcome", entry, f"{result.outcome} run {result.run_id}", goal=goal.name)

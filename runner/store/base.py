@@ -48,6 +48,10 @@ class Store(ABC):
     def runs(self, goal: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
         """Runs oldest first (the newest `limit` of them)."""
 
+    def run_alive(self, run: dict[str, Any]) -> bool:
+        """Whether the process running `run` is alive (a cluster store asks about the machine it runs on)."""
+        return pid_alive(run.get("pid"))
+
     @abstractmethod
     def mark_interrupted(self) -> list[str]:
         """Runs left `running` by a process that is gone become `interrupted`; their processes are killed."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..config import Check, Project, load_goal
 from ..errors import ConfigError
-from ..store import Store, open_store, pid_alive
+from ..store import Store, open_store
 from .checks import run_checks_alone
 
 HANDOVER_WAIT = 10.0
@@ -31,7 +31,7 @@ async def answer(project: Project, run_id: str, decision: str, reason: str | Non
         raise ConfigError(f"run {run_id} is not waiting for approval (its outcome is {run['outcome']})")
     store.answer(run_id, decision, reason)
     verb = "approved" if decision == "approve" else "rejected"
-    if pid_alive(run["pid"]):
+    if store.run_alive(run):
         for _ in range(int(HANDOVER_WAIT / 0.1)):
             if store.run(run_id)["outcome"] != "awaiting_approval":
                 return f"{verb} run {run_id}; process {run['pid']} goes on with it"
