@@ -213,7 +213,7 @@ def _describe(event: dict[str, Any]) -> tuple[str, str]:
         return "cost", str(event.get("reason", ""))
     rest = {k: v for k, v in event.items() if k not in ("at", "kind")}
     if kind == Event.TRIGGER and isinstance(rest.get("context"), dict):
-        rest = rest["context"]
+        rest = dict(rest["context"])
     if kind == Event.TRIGGER or "fired" in rest:  # older transcripts: the context's own `kind` took the event's
         head = rest.pop("kind", kind)
         return "trigger", f"{head} " + ", ".join(f"{k} {_short(v)}" for k, v in rest.items())
