@@ -353,6 +353,25 @@ def test_continue_after_max_steps_sends_the_old_conversation(proj, server):
     assert listed[new["run_id"]]["continues"] == old["run_id"]
 
 
+def test_continue_and_cost_on_the_postgresql_store(proj, server):
+    from cluster_helpers import fresh_database, server_url, use_store
+
+    with fresh_database(server_url()) as database:
+        use_store(proj, database)
+        assert proj.subprocess("db", "migrate").returncode == 0
+        proj.goal("spend", prompt="work", limits={"max_steps": 1}, model={"price": {"input": 1000, "output": 0}})
+        server.add({"tool_calls": [call("list_files")], "usage": {"prompt_tokens": 500, "completion_tokens": 1}})
+        old = proj.cli_json("goal", "spend")
+        assert (old["stop_reason"], old["cost_usd"]) == ("max_steps", pytest.approx(0.5))
+        server.add({"content": "done"})
+        new = proj.cli_json("continue", old["run_id"], "-m", "finish")
+        assert (new["outcome"], new["continues"]) == ("achieved", old["run_id"])
+        assert server.requests[1]["messages"][2]["tool_calls"][0]["function"]["name"] == "list_files"
+        listed = {r["run_id"]: r for r in json.loads(proj.subprocess("runs", "--json").stdout)}
+        assert listed[old["run_id"]]["cost_usd"] == pytest.approx(0.5)
+        assert listed[new["run_id"]]["continues"] == old["run_id"]
+
+
 def test_continue_refuses_achieved_running_and_lost_runs(proj, server):
     proj.goal("ok", prompt="hi")
     server.add({"content": "hi"}, {"content": "hi"})
