@@ -82,7 +82,7 @@ def test_trigger_pause_and_resume_are_posts_with_a_csrf_token(proj, client):
     token = csrf_of(client)
     answer = client.post("/goals/tidy/trigger", data={"csrf": token})
     assert answer.status_code == 303 and [c[:2] for c in store.take_commands()] == [("trigger", "tidy")]
-    assert "triggered tidy" in client.get("/").text
+    assert "queued tidy: no daemon is running here now" in client.get("/").text
     assert client.post("/goals/nope/trigger", data={"csrf": token}).status_code == 404
 
     (entry,) = _entries(proj)

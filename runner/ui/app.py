@@ -157,11 +157,9 @@ class Dashboard:
         except OSError:
             return len(self.store.transcript_events(run_id))
 
-    def _run_context(
-        self, run_id: str, run: dict[str, Any] | None = None, events: list[dict[str, Any]] | None = None
-    ) -> dict[str, Any]:
+    def _run_context(self, run_id: str, run: dict[str, Any] | None = None) -> dict[str, Any]:
         run = run or self.store.run(run_id)
-        events = self.store.transcript_events(run["id"]) if events is None else events
+        events = self.store.transcript_events(run["id"])
         for key in ("final_message", "error"):
             run[key] = self.mask(run.get(key) or "") or None
         reading = pages.read(run, events, self.mask)
@@ -175,7 +173,12 @@ class Dashboard:
         if catalog is None or goal not in catalog.goals:
             raise HTTPException(404, problems[0] if problems else f"no goal named {goal!r}")
         self.store.send_command("trigger", goal)
-        return self.back(request, "/", f"triggered {goal}: the daemon runs it as soon as the goal is free")
+        from ..schedule.daemon import daemon_pid
+
+        pid = daemon_pid(self.project)
+        if pid:
+            return self.back(request, "/", f"triggered {goal}: the daemon (pid {pid}) runs it as soon as it is free")
+        return self.back(request, "/", f"queued {goal}: no daemon is running here now; it runs when one starts")
 
     async def pause(self, request: Request, paused: bool) -> Response:
         """Like `runner pause` / `runner resume`: every entry of a goal, or one entry by id."""
