@@ -18,7 +18,7 @@ from .checks import CheckResult
 from .feedback import describe_failures
 
 CONTINUABLE = ("not_achieved", "stuck", "error", "cancelled", "interrupted")
-"""Outcomes a run can be continued from (besides any run whose last attempt ended by a forced stop)."""
+"""Outcomes a run can be continued from; a forced stop (max_steps, ...) ends a run `not_achieved`."""
 
 
 @dataclass
@@ -39,10 +39,10 @@ def resume_from(store: Store, run_id: str, text: str | None = None) -> Resume:
         raise ConfigError(f"run {run_id} is still running; wait for it to end (or cancel it) before continuing it")
     if outcome in GOOD:
         raise ConfigError(f"run {run_id} ended {outcome}: there is nothing left to continue")
-    if outcome not in CONTINUABLE and run.get("stop_reason") not in FORCED:
+    if outcome not in CONTINUABLE:
         raise ConfigError(
-            f"run {run_id} ended {outcome}; runner continue picks up runs that ended "
-            f"{', '.join(CONTINUABLE)} or by a forced stop ({', '.join(FORCED)})"
+            f"run {run_id} ended {outcome}; runner continue picks up runs that ended {', '.join(CONTINUABLE)}"
+            + (" (answer it with runner approve or runner reject)" if outcome == "awaiting_approval" else "")
         )
     events = store.transcript_events(run_id)
     messages = last_conversation(events)
