@@ -188,10 +188,11 @@ class SqliteStore(Store):
 
     def daily_totals(self, goal: str | None, since: str) -> list[dict[str, Any]]:
         where, args = _run_filter(goal, None, since, None)
-        cost = "SUM(cost)" if "cost" in self._columns("runs") else "NULL"
+        # all goals: in through the range of `started` (for the GROUP BY the planner would scan all of runs_goal)
+        source = "runs" if goal else "runs INDEXED BY runs_started"
         sql = (
-            f"SELECT goal, substr(started, 1, 10) AS day, outcome, COUNT(*) AS runs, SUM(tokens) AS tokens,"
-            f" {cost} AS cost FROM runs{where} GROUP BY goal, day, outcome"
+            "SELECT goal, substr(started, 1, 10) AS day, outcome, COUNT(*) AS runs, SUM(tokens) AS tokens,"
+            f" SUM(cost) AS cost FROM {source}{where} GROUP BY goal, day, outcome"
         )
         return [dict(r) for r in self._exec(sql, args)]
 
