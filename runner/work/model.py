@@ -51,11 +51,11 @@ class Reply:
 class Model:
     """A chat-completions endpoint. Build it with `Model.open(config, root)`; close it with `aclose()`."""
 
-    def __init__(self, config: ModelConfig, base_url: str | None, api_key: str) -> None:
+    def __init__(self, config: ModelConfig, base_url: str | None, api_key: str, *, secret: bool = True) -> None:
         import openai
 
         self.config = config
-        self._secrets = [s for s in (api_key, *_url_secrets(base_url)) if s and len(s) >= 4]
+        self._secrets = [s for s in (api_key if secret else None, *_url_secrets(base_url)) if s and len(s) >= 4]
         self.client = openai.AsyncOpenAI(
             base_url=base_url,
             api_key=api_key,
@@ -77,7 +77,7 @@ class Model:
                 raise ConfigError(f"model: script:{path} does not exist (expected a YAML list of replies)")
             server = testing.shared_server()
             url = server.session(testing.load_script(path), name=f"script {config.name.removeprefix('script:')}")
-            model = cls(config.model_copy(update={"max_retries": 0}), url, "script")
+            model = cls(config.model_copy(update={"max_retries": 0}), url, "script", secret=False)
             model._script_url = url
             return model
         base_url = config.base_url or os.environ.get("OPENAI_BASE_URL")
@@ -85,7 +85,7 @@ class Model:
         if refused:
             raise ProviderError(f"model {config.name}: {refused}")
         if not config.api_key_env:
-            return cls(config, base_url, "none")
+            return cls(config, base_url, "none", secret=False)
         key = take_key(config.api_key_env)
         if not key:
             raise ProviderError(

@@ -16,6 +16,7 @@ The fallback (no bwrap, or `sandbox: off`): runner becomes a child subreaper, so
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import secrets
@@ -185,7 +186,8 @@ async def contained() -> AsyncIterator[Scope]:
         yield scope
     finally:
         current_scope.reset(token)
-        end_scope(scope)
+        # reading /proc takes milliseconds: off the event loop, and finished even if the wait is cancelled
+        await asyncio.shield(asyncio.to_thread(end_scope, scope))
 
 
 def end_scope(scope: Scope) -> list[int]:
@@ -194,18 +196,19 @@ def end_scope(scope: Scope) -> list[int]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(leader, signal.SIGKILL)
     killed: list[int] = []
-    if not os.path.isdir("/proc"):
-        return killed
+    if not scope.leaders or not os.path.isdir("/proc"):
+        return killed  # nothing started in the scope, so nothing can carry its token or descend from it
     for _ in range(10):  # a process forking as it dies is caught on the next pass
-        victims = _members(scope)
+        procs = _processes()
+        victims = _members(scope, procs)
         if not victims:
+            _reap(procs)
             break
         for pid in victims:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         killed += victims
         time.sleep(0.005)
-    _reap()
     return killed
 
 
@@ -226,8 +229,11 @@ def _processes() -> dict[int, _Proc]:
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat", "rb") as file:
-                fields = file.read().rsplit(b")", 1)[1].split()
+            fd = os.open(f"/proc/{entry}/stat", os.O_RDONLY)
+            try:
+                fields = os.read(fd, 4096).rsplit(b")", 1)[1].split()
+            finally:
+                os.close(fd)
         except (OSError, IndexError):
             continue
         pid = int(entry)
@@ -237,15 +243,16 @@ def _processes() -> dict[int, _Proc]:
     return found
 
 
-def _members(scope: Scope) -> list[int]:
-    """Processes of the scope: its groups and sessions, its token, adopted orphans, and their descendants."""
+def _members(scope: Scope, procs: dict[int, _Proc]) -> list[int]:
+    """Processes of the scope: its groups and sessions, its token, adopted orphans, and their descendants.
+
+    Only processes started since the scope began can be its own (start times have 1 s of slack)."""
     me = os.getpid()
-    procs = _processes()
     marker = f"{SCOPE_VAR}={scope.token}".encode()
     chosen: set[int] = set()
     my_sid = os.getsid(0)
     for proc in procs.values():
-        if proc.pid == me or proc.state == "Z":
+        if proc.pid == me or proc.state == "Z" or proc.started < scope.started - 2:
             continue
         if proc.pgid in scope.leaders or proc.sid in scope.leaders:
             chosen.add(proc.pid)
@@ -259,7 +266,6 @@ def _members(scope: Scope) -> list[int]:
             and proc.pid not in known_children
             and scope_var is None
             and proc.sid != my_sid
-            and proc.started >= scope.started - 1
         ):
             chosen.add(proc.pid)  # adopted, and it dropped its scope from the environment: it is hiding
     children: dict[int, list[int]] = {}
@@ -287,11 +293,11 @@ def _scope_of(pid: int) -> bytes | None:
     return None
 
 
-def _reap() -> None:
+def _reap(procs: dict[int, _Proc]) -> None:
     """Collect adopted orphans that ended (zombies runner did not start itself)."""
-    me = os.getpid()
-    for proc in _processes().values():
-        if proc.ppid == me and proc.state == "Z" and proc.pid not in known_children and proc.sid != os.getsid(0):
+    me, my_sid = os.getpid(), os.getsid(0)
+    for proc in procs.values():
+        if proc.ppid == me and proc.state == "Z" and proc.pid not in known_children and proc.sid != my_sid:
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(proc.pid, os.WNOHANG)
 
