@@ -18,7 +18,7 @@ from test_sandbox import attack, mode  # noqa: F401  (the fixture: jail and fall
 
 from runner.config import Goal, ModelConfig
 from runner.store import SqliteStore
-from runner.work.tools import Toolbox, files
+from runner.work.tools import Toolbox, files, sandbox
 
 ALIVE = """import os, sys
 mark = b'sleep\\0' + sys.argv[1].encode() + b'\\0'
@@ -200,3 +200,25 @@ def test_a_run_in_a_daemon_is_not_frozen_by_another_goals_search(proj, server):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().startswith("[('quick', 'achieved')"), done.stdout
+
+
+def test_what_a_killed_runner_left_outside_its_process_groups_is_found_by_its_run(proj):
+    """kill -9 of runner while a check runs that put a process in a session of its own: the store's process
+    groups miss it, `kill_leftovers(run_id)` (called where a dead run is marked interrupted) does not."""
+    mark = "300.5151"
+    check = {"run": f"setsid sleep {mark} >/dev/null 2>&1 & sleep 300.5152"}
+    proj.goal("g", prompt="p", verify={"checks_first": True, "checks": [check]})
+    proc = proj.popen("goal", "g")
+    deadline = time.monotonic() + 60
+    while not (alive(mark) and alive("sleep\0" + "300.5152")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    run_id = SqliteStore(proj.root / ".runner").runs()[0]["id"]
+    SqliteStore(proj.root / ".runner").mark_interrupted()  # kills the recorded group: the check itself
+    assert alive(mark)  # the process in its own session survived that
+    assert sandbox.kill_leftovers(run_id)
+    deadline = time.monotonic() + 10
+    while alive(mark) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert alive(mark) == []

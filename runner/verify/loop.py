@@ -201,7 +201,7 @@ class Verifier:
             after_feedback = attempt > first or first_feedback is not None
             nudge = prompts.NUDGE.format(tools=", ".join(toolbox.tools)) if verify.nudge and after_feedback else None
             self.work = WorkLoop(self.model, toolbox, goal.limits, self.record, self.pricer, nudge=nudge)
-            async with contained():  # every process the attempt started is gone before the checks
+            async with contained(self.result.run_id):  # every process the attempt started is gone before the checks
                 work = await self.work.run(messages)
             self._end_attempt(attempt, work)
             if tampered := self._tampered(snapshot, "the attempt"):
@@ -319,7 +319,7 @@ class Verifier:
 
         approver = self._approve if self.approver is not None else None
         context = CheckContext(self.goal, self.result.run_id, attempt, self.judge, approver)
-        async with contained():
+        async with contained(self.result.run_id):
             self.result.checks = await run_checks(context, self.goal.verify.checks, on_result=recorded)
         return self.result.checks
 

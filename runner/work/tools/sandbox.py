@@ -177,10 +177,12 @@ def become_subreaper() -> bool:
 
 
 @contextlib.asynccontextmanager
-async def contained() -> AsyncIterator[Scope]:
-    """A scope (an attempt, a round of checks): every process started inside it is gone when it ends."""
+async def contained(run_id: str = "") -> AsyncIterator[Scope]:
+    """A scope (an attempt, a round of checks): every process started inside it is gone when it ends.
+
+    Its token starts with `run_id`, so that `kill_leftovers(run_id)` finds what a killed runner left."""
     become_subreaper()
-    scope = Scope(secrets.token_hex(8), time.time(), set())
+    scope = Scope(f"{run_id}:{secrets.token_hex(8)}", time.time(), set())
     token = current_scope.set(scope)
     try:
         yield scope
@@ -210,6 +212,21 @@ def end_scope(scope: Scope) -> list[int]:
         killed += victims
         time.sleep(0.005)
     return killed
+
+
+def kill_leftovers(run_id: str) -> list[int]:
+    """Kill the processes of a run whose runner died (kill -9) that left their process group: every process
+    whose environment names one of the run's scopes, and its descendants. Linux; the pids killed."""
+    if not run_id or not os.path.isdir("/proc"):
+        return []
+    prefix = f"{SCOPE_VAR}={run_id}:".encode()
+    procs = _processes()
+    chosen = {p.pid for p in procs.values() if p.state != "Z" and (_scope_of(p.pid) or b"").startswith(prefix)}
+    chosen = _with_descendants(chosen, procs)
+    for pid in chosen:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return sorted(chosen)
 
 
 @dataclass
@@ -268,6 +285,11 @@ def _members(scope: Scope, procs: dict[int, _Proc]) -> list[int]:
             and proc.sid != my_sid
         ):
             chosen.add(proc.pid)  # adopted, and it dropped its scope from the environment: it is hiding
+    return sorted(_with_descendants(chosen, procs))
+
+
+def _with_descendants(chosen: set[int], procs: dict[int, _Proc]) -> set[int]:
+    me = os.getpid()
     children: dict[int, list[int]] = {}
     for proc in procs.values():
         children.setdefault(proc.ppid, []).append(proc.pid)
@@ -277,7 +299,8 @@ def _members(scope: Scope, procs: dict[int, _Proc]) -> list[int]:
             if child not in chosen and child != me:
                 chosen.add(child)
                 pending.append(child)
-    return sorted(chosen)
+    chosen.discard(me)
+    return chosen
 
 
 def _scope_of(pid: int) -> bytes | None:
