@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 
 import pytest
 from support import call
@@ -177,19 +178,34 @@ def test_the_state_folder_is_never_fingerprinted(proj, server):
 # Two runs at once in one project ------------------------------------------------------------------------
 
 
-def two_goals(proj, server, *, b_check: str) -> None:
+def two_goals(proj, server, *, b_check: str, clash: bool = True) -> None:
     """`calc` protects tests/test_calc.py (its check reads it); `tests` writes it, as its task says."""
     proj.write("src/calc.py", CALC)
     proj.write("tests/test_calc.py", TEST)
     proj.write("tests/test_other.py", "def test_nothing():\n    pass\n")
     proj.write("verifiers/unit.py", UNIT)
-    slow_fix = {"tool_calls": [call("write_file", path="src/calc.py", content=FIXED)], "delay": 0.5}
-    calc_model = {"name": "test-model", "base_url": server.session([slow_fix, done()]), "max_retries": 0}
+    fix = {"tool_calls": [call("write_file", path="src/calc.py", content=FIXED)]}
+    first = once_the_other_waits(proj, fix) if clash else fix
+    calc_model = {"name": "test-model", "base_url": server.session([first, done()])}
     proj.goal("calc", prompt="fix calc", model=calc_model, verify={"checks": [{"run": VERIFIER}]})
     better = TEST + "\n\ndef test_zero():\n    assert add(0, 0) == 0\n"
     write = {"tool_calls": [call("write_file", path="tests/test_calc.py", content=better)]}
     tests_model = {"name": "test-model", "base_url": server.session([write, done()]), "max_retries": 0}
     proj.goal("tests", prompt="add a test", model=tests_model, verify={"checks": [{"run": b_check}]})
+
+
+def once_the_other_waits(proj, reply: dict):
+    """A scripted reply that comes once some run of the project waits for a claim (or after 60 s)."""
+
+    def answer(request: dict) -> dict:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if any("claim_wait" in t.read_text() for t in proj.root.glob(".runner/runs/*/transcript.jsonl")):
+                break
+            time.sleep(0.05)
+        return reply
+
+    return answer
 
 
 async def both(proj) -> list[dict]:
@@ -210,7 +226,7 @@ def test_two_runs_whose_paths_clash_take_turns_and_keep_each_others_work(proj, s
 
 
 def test_two_runs_that_do_not_clash_run_side_by_side(proj, server):
-    two_goals(proj, server, b_check=VERIFIER)  # both protect tests/test_calc.py: neither may write it
+    two_goals(proj, server, b_check=VERIFIER, clash=False)  # both protect tests/test_calc.py: neither may write it
     calc, tests = asyncio.run(both(proj))
     assert calc["outcome"] == "achieved"
     assert (proj.root / "tests/test_calc.py").read_text() == TEST  # protected for both: refused
@@ -228,3 +244,19 @@ def test_a_claim_left_by_a_dead_process_is_dropped(proj, server):
     assert out["outcome"] == "achieved"
     assert not (folder / "dead.json").exists()
     assert os.listdir(folder) == [".mutex"]
+
+
+@pytest.mark.slow
+def test_two_clis_whose_paths_clash_take_turns(proj, server):
+    two_goals(proj, server, b_check="python3 verifiers/unit.py tests/test_other.py")
+    first = proj.popen("goal", "calc", "--json")
+    claims = proj.root / ".runner/tamper"
+    while not (claims.is_dir() and any(claims.glob("*.json"))) and first.poll() is None:
+        time.sleep(0.05)
+    second = proj.subprocess("goal", "tests", "--json")
+    out, _ = first.communicate(timeout=120)
+    outcomes = [json.loads(text.splitlines()[-1])["outcome"] for text in (out, second.stdout)]
+    assert outcomes == ["achieved", "achieved"]
+    assert "test_zero" in (proj.root / "tests/test_calc.py").read_text()
+    second_run = json.loads(second.stdout.splitlines()[-1])["run_id"]
+    assert "claim_wait" in (proj.root / ".runner/runs" / second_run / "transcript.jsonl").read_text()
