@@ -161,7 +161,9 @@ def test_a_restore_that_cannot_finish_still_ends_tampered(proj, server, monkeypa
     assert [run["outcome"] for run in json.loads(proj.cli("runs", "--json").output)] == ["tampered"]
 
 
-@pytest.mark.parametrize("pattern", [".", "./", "**", "*", ".*", ".runner", ".runner/**", "./.runner/runs.db", ".."])
+@pytest.mark.parametrize(
+    "pattern", [".", "./", "**", "*", ".*", ".runner", ".runner/**", "./.runner/runs.db", "..", "goals/../.runner"]
+)
 def test_protect_patterns_covering_the_project_or_its_state_are_bad_input(proj, pattern):
     proj.goal("calc", prompt="p", protect=["secrets/**", pattern])
     result = proj.cli("validate")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import posixpath
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -354,7 +355,7 @@ class Goal(Strict):
 
 def covers_state(pattern: str) -> bool:
     """Whether a `protect:` pattern reaches the whole project (`.`, `*`, `**`) or runner's state folder `.runner/`."""
-    glob = pattern.strip().removeprefix("./").rstrip("/")
+    glob = posixpath.normpath(pattern.strip() or ".")  # `goals/../.runner` is `.runner`
     base = glob.removesuffix("/**")
     if base in ("", ".", "..", ".runner") or base.startswith(("../", ".runner/")):
         return True
