@@ -32,8 +32,7 @@ from ..errors import ConfigError, RunnerError, UnknownRun
 from ..store import Store, open_store
 from ..verify.approval import answer
 from . import outcomes, pages
-from .reading import Masker, masked
-from .security import CSRF_COOKIE, Guard, is_loopback, new_csrf, origin_ok, same
+from .security import CSRF_COOKIE, Guard, Masker, is_loopback, new_csrf, origin_ok, same
 
 HERE = Path(__file__).parent
 NOTE_COOKIE = "runner_note"
@@ -71,7 +70,10 @@ class Dashboard:
         self.catalogs = pages.Catalogs(project)
         self.mask = Masker([token, project.settings.daemon.webhook.secret])
         self.templates = Environment(
-            loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True), auto_reload=False
+            loader=FileSystemLoader(HERE / "templates"),
+            autoescape=select_autoescape(default=True),
+            auto_reload=False,
+            finalize=self.mask.shown,
         )
         self.templates.globals.update(symbol=outcomes.symbol, label=outcomes.label, group=outcomes.group_of)
         self.templates.filters.update(when=_when, number=_number, money=_money, duration=_duration)
@@ -111,8 +113,6 @@ class Dashboard:
 
     async def approvals(self, request: Request) -> Response:
         rows = self.store.find_runs(outcome="awaiting_approval", limit=200)
-        for row in rows:
-            row["final_message"] = self.mask(row.get("final_message") or "") or None
         return self.render(request, "approvals.html", rows=rows)
 
     async def charts(self, request: Request) -> Response:
@@ -121,8 +121,8 @@ class Dashboard:
 
     async def raw(self, request: Request) -> Response:
         run = self.store.run(request.path_params["run_id"])
-        events = (masked(e, self.mask) for e in self.store.transcript_events(run["id"]))
-        return PlainTextResponse("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events))
+        events = self.store.transcript_events(run["id"])
+        return PlainTextResponse(self.mask("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events)))
 
     async def live(self, request: Request) -> Response:
         """Server-sent events: the run's page body each time it changes, then `end` once the run is over."""
@@ -160,9 +160,7 @@ class Dashboard:
     def _run_context(self, run_id: str, run: dict[str, Any] | None = None) -> dict[str, Any]:
         run = run or self.store.run(run_id)
         events = self.store.transcript_events(run["id"])
-        for key in ("final_message", "error"):
-            run[key] = self.mask(run.get(key) or "") or None
-        reading = pages.read(run, events, self.mask)
+        reading = pages.read(run, events)
         return {"run": run, "reading": reading, "live": run["outcome"] in outcomes.LIVE}
 
     # actions
@@ -225,7 +223,7 @@ class Dashboard:
 
     def back(self, request: Request, to: str, note: str) -> Response:
         response = RedirectResponse(to, status_code=303)
-        response.set_cookie(NOTE_COOKIE, quote(self.mask(note)), httponly=True, samesite="strict", max_age=60)
+        response.set_cookie(NOTE_COOKIE, quote(note), httponly=True, samesite="strict", max_age=60)
         return response
 
     async def error(self, request: Request, exc: Exception) -> Response:
@@ -234,7 +232,7 @@ class Dashboard:
         else:
             status = 404 if isinstance(exc, UnknownRun) else 409 if isinstance(exc, ConfigError) else 500
             message = str(exc)
-        return self.render(request, "error.html", status=status, message=self.mask(message), code=status)
+        return self.render(request, "error.html", status=status, message=message, code=status)
 
 
 def _event(name: str, data: str) -> str:

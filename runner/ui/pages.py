@@ -11,7 +11,7 @@ from ..errors import ConfigError
 from ..schedule.triggers import describe, next_fire
 from ..store import Store
 from . import charts
-from .reading import Masker, Reading, read_run
+from .reading import Reading, read_run
 
 PAGE_SIZE = 50
 STRIP = 30
@@ -144,8 +144,8 @@ def runs_page(store: Store, chosen: RunFilter) -> tuple[list[dict[str, Any]], in
     return rows, total
 
 
-def read(run: dict[str, Any], events: list[dict[str, Any]], mask: Masker) -> Reading:
-    return read_run(events, run.get("checks", []), mask)
+def read(run: dict[str, Any], events: list[dict[str, Any]]) -> Reading:
+    return read_run(events, run.get("checks", []))
 
 
 def goal_charts(store: Store, goal: str) -> list[charts.Chart]:

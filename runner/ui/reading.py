@@ -1,38 +1,20 @@
 """A run's transcript as a person reads it: attempts, steps with their tool calls, checks, feedback, usage.
 
 A transcript (`store.transcript_events(run_id)`) is a flat list of events; `read_run` folds it into
-`Attempt`s of `Step`s. Secrets are masked on the way in, so nothing below ever holds one.
+`Attempt`s of `Step`s. (Secrets are masked where text is shown: see `security.Masker`.)
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..vocabulary import Event
 
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
-"""The names `scrub_env` keeps from tools and checks; their values are masked wherever the dashboard shows text."""
-MASK = "[secret]"
 FOLD_LINES = 12
 """Lines of an output shown at its head and at its tail; the middle is folded away."""
 ARGUMENTS_CAP = 4_000
-
-
-class Masker:
-    """Replaces every secret value known to this process (and any given) by `[secret]`."""
-
-    def __init__(self, extra: Iterable[str | None] = ()) -> None:
-        values = {v for k, v in os.environ.items() if SECRET_NAME.search(k)} | {v for v in extra if v}
-        longest_first = sorted((v for v in values if len(v) >= 6), key=len, reverse=True)
-        self.pattern = re.compile("|".join(map(re.escape, longest_first))) if longest_first else None
-
-    def __call__(self, text: str) -> str:
-        return self.pattern.sub(MASK, text) if self.pattern and text else text
 
 
 @dataclass
@@ -155,25 +137,12 @@ class Reading:
         return sum(a.tokens for a in self.attempts)
 
 
-def masked(value: Any, mask: Masker) -> Any:
-    """An event with every string in it masked."""
-    if mask.pattern is None:
-        return value
-    if isinstance(value, str):
-        return mask(value)
-    if isinstance(value, dict):
-        return {k: masked(v, mask) for k, v in value.items()}
-    if isinstance(value, list):
-        return [masked(v, mask) for v in value]
-    return value
-
-
-def read_run(events: list[dict[str, Any]], check_rows: list[dict[str, Any]], mask: Masker) -> Reading:
+def read_run(events: list[dict[str, Any]], check_rows: list[dict[str, Any]]) -> Reading:
     """Fold the events into attempts and steps; checks the transcript lacks are taken from the store's rows."""
     reading = Reading()
     for event in events:
-        _fold(reading, masked(event, mask))
-    _add_stored_checks(reading, check_rows, mask)
+        _fold(reading, event)
+    _add_stored_checks(reading, check_rows)
     return reading
 
 
@@ -289,12 +258,12 @@ def _check(event: dict[str, Any]) -> Check:
     )
 
 
-def _add_stored_checks(reading: Reading, rows: list[dict[str, Any]], mask: Masker) -> None:
+def _add_stored_checks(reading: Reading, rows: list[dict[str, Any]]) -> None:
     for row in rows:
         attempt = reading.attempt(row["attempt"])
         if any(c.name == row["name"] for c in attempt.checks):
             continue
-        output = mask(row.get("output") or "")
+        output = row.get("output") or ""
         attempt.checks.append(
             Check(
                 name=row.get("name") or "",
@@ -302,7 +271,7 @@ def _add_stored_checks(reading: Reading, rows: list[dict[str, Any]], mask: Maske
                 passed=bool(row.get("passed")),
                 exit_code=row.get("exit_code"),
                 output=Output(output) if output else None,
-                reason=mask(row.get("reason") or "") or None,
+                reason=row.get("reason"),
                 duration_s=row.get("duration_s"),
             )
         )

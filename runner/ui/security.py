@@ -6,13 +6,17 @@
   `Authorization: Bearer ...`.
 - A POST must carry the `csrf` form field equal to the `runner_csrf` cookie (double submit; the
   cookie is SameSite=Strict), and an Origin, when sent, naming this host.
+- Every value a template prints passes through a `Masker` first: no secret reaches a page.
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
+import os
+import re
 import secrets
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -31,6 +35,28 @@ HEADERS = [
     (b"referrer-policy", b"same-origin"),
     (b"x-frame-options", b"DENY"),
 ]
+
+
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
+"""The names `scrub_env` keeps from tools and checks; their values never appear on a page."""
+MASK = "[secret]"
+
+
+class Masker:
+    """Replaces every secret value known to this process (and any given) by `[secret]`."""
+
+    def __init__(self, extra: Iterable[str | None] = ()) -> None:
+        values = {v for k, v in os.environ.items() if SECRET_NAME.search(k)} | {v for v in extra if v}
+        longest_first = sorted((v for v in values if len(v) >= 6), key=len, reverse=True)
+        self.pattern = re.compile("|".join(map(re.escape, longest_first))) if longest_first else None
+
+    def __call__(self, text: str) -> str:
+        return self.pattern.sub(MASK, text) if self.pattern and text else text
+
+    def shown(self, value: Any) -> Any:
+        """Jinja's `finalize`: a plain string printed by a template is masked (markup built by a macro was
+        masked piece by piece already)."""
+        return self(value) if type(value) is str else value
 
 
 def is_loopback(host: str) -> bool:
