@@ -220,6 +220,8 @@ def test_answering_a_run_that_does_not_wait_is_a_clear_refusal(proj, client):
     answer = client.post(f"/runs/{out['run_id']}/approve", data={"csrf": csrf_of(client)})
     assert answer.status_code == 409 and "not waiting for approval" in answer.text
     assert client.get("/runs/no-such-run").status_code == 404
+    missing = client.get(f"/runs/{KEY}")  # even an error page never repeats a secret
+    assert missing.status_code == 404 and KEY not in missing.text and "[secret]" in missing.text
 
 
 def test_charts_draw_outcomes_tokens_and_cost_per_day_as_svg(proj, client):
