@@ -186,8 +186,7 @@ def test_server_that_cannot_start_ends_the_run_before_any_model_call(proj, serve
     out = json.loads(result.output.strip().splitlines()[-1])
     assert (result.exit_code, out["outcome"]) == (3, "error")
     assert out["error"] == (
-        "MCP server gh (no-such-mcp-server-xyz --stdio) could not start: No such file or directory: "
-        "no-such-mcp-server-xyz"
+        "MCP server gh (no-such-mcp-server-xyz --stdio) could not start: no-such-mcp-server-xyz: command not found"
     )
     assert server.requests == []
 
@@ -211,25 +210,29 @@ def test_unreachable_http_server_is_an_error_naming_it(proj, server):
     assert server.requests == []
 
 
-def test_stdio_server_and_what_it_started_are_killed_after_the_run(proj, server):
+@pytest.mark.parametrize("sandbox", ["auto", "off"])
+def test_stdio_server_and_what_it_started_are_killed_after_the_run(proj, server, sandbox):
     with_servers(proj, demo=demo())
-    proj.goal("spawn", prompt="x")
-    pidfile = proj.root / "child.pid"
-    server.add({"tool_calls": [call("demo__spawn", pidfile=str(pidfile))]}, {"content": "done"})
+    proj.goal("spawn", prompt="x", sandbox=sandbox)
+    seconds = f"299.{os.getpid()}{time.monotonic_ns() % 10**6}"  # finds the grandchild, in a PID namespace too
+    server.add({"tool_calls": [call("demo__spawn", seconds=seconds)]}, {"content": "done"})
     assert proj.cli_json("goal", "spawn")["outcome"] == "achieved"
-    pid = int(pidfile.read_text())
-    assert not _alive(pid), "the server's child outlived the run"
+    assert tool_results(server.requests[1]) == ["started"]
+    assert not _running(["sleep", seconds]), "the server's child outlived the run"
 
 
-def _alive(pid: int) -> bool:
-    """Whether `pid` runs, allowing its parent a moment to reap it (no timing is asserted)."""
+def _running(argv: list[str]) -> bool:
+    """Whether a live process runs `argv`, allowing a moment for the dead to be reaped (no timing is asserted)."""
+    wanted = "\0".join(argv).encode() + b"\0"
     for _ in range(100):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        stat = Path(f"/proc/{pid}/stat")
-        if stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"):
+        alive = False
+        for proc in Path("/proc").iterdir():
+            try:
+                found = (proc / "cmdline").read_bytes() == wanted and " Z " not in (proc / "stat").read_text()
+            except OSError:
+                continue
+            alive = alive or found
+        if not alive:
             return False
         time.sleep(0.05)
     return True

@@ -77,12 +77,10 @@ def crash() -> str:
 
 
 @server.tool()
-def spawn(pidfile: str) -> str:
-    """Start a long-lived grandchild and write its pid to `pidfile`."""
-    child = subprocess.Popen(["sleep", "300"])
-    with open(pidfile, "w") as file:
-        file.write(str(child.pid))
-    return f"started {child.pid}"
+def spawn(seconds: str) -> str:
+    """Start a grandchild that sleeps `seconds` (a number the caller can find it by) and leave it running."""
+    subprocess.Popen(["sleep", seconds])
+    return "started"
 
 
 @server.tool()

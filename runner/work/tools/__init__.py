@@ -77,7 +77,7 @@ class Toolbox:
         tools join the built-ins as SERVER__TOOL; they are closed, process groups and all, on the way out.
         """
         chosen = None if goal.tools is None else [entry.name for entry in goal.tools]
-        async with open_servers(goal.mcp, chosen, goal.workpath) as remote:
+        async with open_servers(goal.mcp, chosen, goal.workpath, Jail.for_goal(goal).prefix) as remote:
             local = cls.for_goal(goal).tools.values()
             yield cls([*local, *(Tool(t.name, t.description, t.parameters, t.run, t.validator()) for t in remote)])
 

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -25,7 +26,7 @@ from typing import Any
 from ...config.mcp import name_problem, selection, tool_name
 from ...config.models import McpServer
 from ...errors import McpError
-from .process import cap, scrub_env, spawned
+from .process import announce, cap, scrub_env, start_gated
 
 EXIT_GRACE = 1.0
 """Seconds a stdio server has to exit once its stdin is closed, before its process group is killed."""
@@ -235,20 +236,16 @@ class McpConnection:
         cwd = (self.workdir / config.cwd).resolve() if config.cwd else self.workdir
         if not cwd.is_dir():
             raise McpError(f"could not start: its cwd {cwd} is not a folder")
-        self.process = await asyncio.create_subprocess_exec(
-            *self.jail,
-            config.command or "",
-            *config.args,
-            cwd=cwd,
-            env=scrub_env(config.env),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
+        env = scrub_env(config.env)
+        command = config.command or ""
+        if shutil.which(command, path=env.get("PATH")) is None and shutil.which(str(cwd / command)) is None:
+            raise McpError(f"could not start: {command}: command not found")
+        argv = [command, *config.args]
+        if self.jail and cwd != self.workdir:  # the jail starts in the workdir
+            argv = ["/bin/sh", "-c", 'cd -- "$0" && exec "$@"', str(cwd), *argv]
+        self.process = await start_gated(
+            [*self.jail, *argv], cwd=cwd, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
         )
-        tell = spawned.get()
-        if tell is not None:
-            tell(self.process.pid, True)
         reading, read_stream = anyio.create_memory_object_stream[Any](0)
         write_stream, writing = anyio.create_memory_object_stream[Any](0)
         try:
@@ -263,8 +260,7 @@ class McpConnection:
                         await self._stop_process()
                     tasks.cancel_scope.cancel()
         finally:
-            if tell is not None:
-                tell(self.process.pid, False)
+            announce(self.process.pid, False)
 
     async def _keep_stderr(self) -> None:
         with contextlib.suppress(Exception):
@@ -282,9 +278,8 @@ class McpConnection:
             while self.process.returncode is None:
                 await anyio.sleep(0.01)
         self._kill_group()
-        with anyio.move_on_after(2):
-            while self.process.returncode is None:
-                await anyio.sleep(0.01)
+        with anyio.move_on_after(2):  # its pipes closed too, so the loop is left with nothing of it
+            await self.process.wait()
 
     def _kill_group(self) -> None:
         """Kill the server's process group: whatever it started goes with it, even after it exited itself."""
@@ -309,8 +304,6 @@ class McpConnection:
             return str(leaf)
         if self.exited or getattr(getattr(leaf, "error", None), "code", None) == CONNECTION_CLOSED:
             return self._gone()
-        if isinstance(leaf, FileNotFoundError) and self.process is None and self.config.command:
-            return f"could not start: {leaf.strerror or leaf}: {leaf.filename or self.config.command}"
         if isinstance(leaf, OSError) and self.process is None and self.config.command:
             return f"could not start: {leaf}"
         return f"could not initialize: {str(leaf).strip() or type(leaf).__name__}"
