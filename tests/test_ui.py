@@ -247,6 +247,7 @@ def test_the_token_guards_every_page_when_set(proj):
         assert client.get("/static/style.css").status_code == 401
         login = client.get("/runs?goal=x&token=t0ken-abcdef-123")
         assert login.status_code == 303 and login.headers["location"] == "/runs?goal=x"
+        assert "t0ken-abcdef-123" not in login.headers["set-cookie"]  # the browser keeps a digest
         assert client.get("/runs").status_code == 200  # the cookie now carries it
     with client_for(proj, token="t0ken-abcdef-123") as client:
         assert client.get("/", headers={"authorization": "Bearer t0ken-abcdef-123"}).status_code == 200

@@ -2,8 +2,8 @@
 
 - Bound to a loopback address, requests must name a loopback host (a page on another site that
   rebinds its DNS name to 127.0.0.1 is refused).
-- With `daemon.ui.token` set, every request needs it: `?token=...` once (it becomes a cookie), or
-  `Authorization: Bearer ...`.
+- With `daemon.ui.token` set, every request needs it: `?token=...` once (a cookie then carries a
+  digest of it), or `Authorization: Bearer ...`.
 - A POST must carry the `csrf` form field equal to the `runner_csrf` cookie (double submit; the
   cookie is SameSite=Strict), and an Origin, when sent, naming this host.
 - Every value a template prints passes through a `Masker` first: no secret reaches a page.
@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import os
@@ -116,7 +117,12 @@ class Guard:
 
     def _allowed(self, scope: dict[str, Any], headers: dict[str, str]) -> bool:
         bearer = headers.get("authorization", "").removeprefix("Bearer ").strip()
-        return same(bearer, self.token) or same(_cookies(headers).get(TOKEN_COOKIE), self.token)
+        return same(bearer, self.token) or same(_cookies(headers).get(TOKEN_COOKIE), cookie_of(self.token))
+
+
+def cookie_of(token: str) -> str:
+    """What the browser keeps instead of the token itself (any characters, and not the secret in the clear)."""
+    return hashlib.sha256(b"runner ui cookie\0" + token.encode()).hexdigest()
 
 
 def origin_ok(headers: Any) -> bool:
@@ -142,7 +148,7 @@ async def _login(scope: dict[str, Any], send: Any, query: dict[str, str], token:
     """`?token=` once: keep it in a cookie and send the browser to the same page without it in the address."""
     rest = urlencode({k: v for k, v in query.items() if k != "token"})
     location = scope["path"] + (f"?{rest}" if rest else "")
-    cookie = f"{TOKEN_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"
+    cookie = f"{TOKEN_COOKIE}={cookie_of(token)}; HttpOnly; SameSite=Strict; Path=/"
     await send(
         {
             "type": "http.response.start",
