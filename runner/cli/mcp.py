@@ -36,18 +36,19 @@ def list_tools(ctx: click.Context, goal: str | None) -> None:
     """
     from ..config import load_goal
     from ..work.tools.mcp import survey
+    from ..work.tools.sandbox import Jail
 
     project = project_of(ctx)
     if goal is None:
-        servers, chosen, workdir = project.settings.mcp, None, project.root
-    else:
+        servers, chosen, workdir, jail = project.settings.mcp, None, project.root, ()
+    else:  # as a run of the goal starts them: its choice of tools, its workdir, its jail
         the_goal = load_goal(project, goal)
         chosen = None if the_goal.tools is None else [t.name for t in the_goal.tools]
-        servers, workdir = the_goal.mcp, the_goal.workpath
+        servers, workdir, jail = the_goal.mcp, the_goal.workpath, Jail.for_goal(the_goal).prefix
     if not servers:
         click.echo(f"no MCP servers in {goal or 'runner.yaml'}")
         return
-    for connection, tools in run_async(survey(servers, chosen, workdir)):
+    for connection, tools in run_async(survey(servers, chosen, workdir, jail)):
         click.echo(f"{connection.name} ({connection.where}): {len(tools)} tools")
         width = max((len(tool.name) for tool in tools), default=0)
         for tool in tools:

@@ -75,10 +75,10 @@ async def open_servers(
 
 
 async def survey(
-    servers: Mapping[str, McpServer], tool_names: list[str] | None, workdir: Path
+    servers: Mapping[str, McpServer], tool_names: list[str] | None, workdir: Path, jail: Sequence[str] = ()
 ) -> list[tuple[McpConnection, list[McpTool]]]:
     """Start the servers, see what each offers the model (and `left_out()`), close them: `runner mcp list`."""
-    async with _running(servers, tool_names, workdir) as offered:
+    async with _running(servers, tool_names, workdir, jail) as offered:
         return offered
 
 
