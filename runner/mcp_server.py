@@ -11,7 +11,9 @@ client closes the server. Nothing here prints: stdout is the protocol.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,7 +22,7 @@ from pydantic import BaseModel, Field
 from . import verify
 from .config import Catalog, Check, build_goal, goal_from_file, load_goal, load_project
 from .errors import ConfigError, RunnerError
-from .store import RUN_FIELDS, open_store
+from .store import RUN_FIELDS, Store, open_store
 from .vocabulary import Event
 
 INSTRUCTIONS = (
@@ -116,9 +118,9 @@ def build(root: Path | None = None) -> Any:
         """
         try:
             goal = _goal(root, name, prompt, checks or [], max_attempts)
+            store = open_store(load_project(root))
         except RunnerError as exc:
             raise failing(exc) from None
-        store = open_store(load_project(root))
         started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         asking = asyncio.Event()
         approver = _Signalling(verify.StoreApprover(store), asking)
@@ -129,24 +131,32 @@ def build(root: Path | None = None) -> Any:
 
         task = asyncio.create_task(verify.run_goal(goal, store, trigger="mcp", observe=observe, approver=approver))
         background.add(task)
-        task.add_done_callback(background.discard)
-        run_id = await started
+        task.add_done_callback(lambda done: (background.discard(done), store.close()))
+        await _first(task, started)
+        if not started.done():  # the run could not even be recorded
+            try:
+                task.result()
+            except RunnerError as exc:
+                raise failing(exc) from None
         if wait:
-            await asyncio.wait({task, asyncio.ensure_future(asking.wait())}, return_when=asyncio.FIRST_COMPLETED)
-        return _run(store.run(run_id))
+            await _first(task, asyncio.ensure_future(asking.wait()))
+        with _store(root) as reader:  # the run's own store closes with the run
+            return _run(reader.run(started.result()))
 
     @server.tool()
     def get_run(run_id: str) -> Run:
         """One run: its outcome, attempts, steps, tokens, error, final message and its last attempt's checks."""
         try:
-            return _run(open_store(load_project(root)).run(run_id))
+            with _store(root) as store:
+                return _run(store.run(run_id))
         except RunnerError as exc:
             raise failing(exc) from None
 
     @server.tool()
     def list_runs(goal: str | None = None, limit: Annotated[int, Field(ge=1)] = 20) -> Runs:
         """The latest runs, oldest first; `goal` keeps only that goal's."""
-        rows = open_store(load_project(root)).runs(goal, limit)
+        with _store(root) as store:
+            rows = store.runs(goal, limit)
         return Runs(runs=[Run(**{k: row[k] for k in RUN_FIELDS}) for row in rows])
 
     @server.tool()
@@ -170,7 +180,8 @@ def build(root: Path | None = None) -> Any:
             raise failing(exc) from None
         if name not in catalog.goals:
             raise ToolError(f"no goal named {name!r} (goals: {', '.join(sorted(catalog.goals)) or 'none'})")
-        open_store(catalog.project).send_command("trigger", name)
+        with _store(root) as store:
+            store.send_command("trigger", name)
         running = bool(daemon_pid(catalog.project))
         message = (
             "the daemon runs it as soon as the goal is free"
@@ -185,6 +196,22 @@ def build(root: Path | None = None) -> Any:
 def serve(root: Path | None = None) -> None:
     """Serve runner over stdio until the client closes the connection."""
     build(root).run()
+
+
+@contextlib.contextmanager
+def _store(root: Path | None) -> Iterator[Store]:
+    store = open_store(load_project(root))
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+async def _first(task: asyncio.Future[Any], other: asyncio.Future[Any]) -> None:
+    """Wait until `task` ends or `other` is done; `other` is cancelled if it is still waiting then."""
+    await asyncio.wait({task, other}, return_when=asyncio.FIRST_COMPLETED)
+    if not other.done():
+        other.cancel()
 
 
 class _Signalling:
@@ -239,10 +266,10 @@ def _run(row: dict[str, Any]) -> Run:
 
 
 async def _answer(root: Path | None, run_id: str, decision: str, reason: str | None, failing: Any) -> Answer:
-    project = load_project(root)
     try:
-        message = await verify.answer(project, run_id, decision, reason)
-        run = open_store(project).run(run_id)
+        message = await verify.answer(load_project(root), run_id, decision, reason)
+        with _store(root) as store:
+            run = store.run(run_id)
     except RunnerError as exc:
         raise failing(exc) from None
     return Answer(run_id=run["id"], outcome=run["outcome"], message=message)
