@@ -169,17 +169,18 @@ def start_delay(goals: int = 100, seconds: float = 20.0, daemons: int = 2) -> di
     }
 
 
-def idle(entries: int = 10_000, seconds: float = 60.0, daemons: int = 2) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as folder, database() as db:
+def idle(entries: int = 10_000, seconds: float = 60.0, daemons: int = 2, postgres: bool = True) -> dict[str, Any]:
+    with ExitStack() as stack:
+        folder = stack.enter_context(tempfile.TemporaryDirectory())
         root = project(Path(folder), {"noop": noop()}, [{"goal": "noop", "every": "1h"}] * entries, {})
-        on_postgres(root, db)
-        with ExitStack() as stack:
-            procs = [stack.enter_context(process(root)) for _ in range(daemons)]
-            time.sleep(5)  # let start-up finish
-            before = [cpu_seconds(p.pid) for p in procs]
-            time.sleep(seconds)
-            used = [cpu_seconds(p.pid) - b for p, b in zip(procs, before, strict=True)]
-            rss = [rss_mb(p.pid) for p in procs]
+        if postgres:
+            on_postgres(root, stack.enter_context(database()))
+        procs = [stack.enter_context(process(root)) for _ in range(daemons)]
+        time.sleep(5)  # let start-up finish
+        before = [cpu_seconds(p.pid) for p in procs]
+        time.sleep(seconds)
+        used = [cpu_seconds(p.pid) - b for p, b in zip(procs, before, strict=True)]
+        rss = [rss_mb(p.pid) for p in procs]
     return {
         "entries": entries,
         "idle_s": seconds,
@@ -260,7 +261,7 @@ if __name__ == "__main__":
         local = bench_daemon.start_delay()
         print(json.dumps({"benchmark": "delay", "sqlite_one_daemon": local, "postgres_two_daemons": start_delay()}))
     if "idle" in which:
-        local = bench_daemon.idle(entries=10_000, seconds=60.0)
+        local = idle(daemons=1, postgres=False)
         print(json.dumps({"benchmark": "idle", "sqlite_one_daemon": local, "postgres_two_daemons": idle()}))
     if "runs" in which:
         print(json.dumps({"benchmark": "runs", **many_runs()}))

@@ -21,6 +21,7 @@ import hashlib
 import logging
 import os
 import signal
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,7 @@ class Cluster(Daemon):
         self.worker: asyncio.Task[Any] | None = None
         self.deferring: set[asyncio.Task[Any]] = set()
         self.digests: dict[tuple[str, int, int], str] = {}
+        self.refreshed = 0.0
 
     # lifecycle
     async def run(self) -> None:
@@ -205,17 +207,17 @@ class Cluster(Daemon):
         self, entry: Entry | None, trigger: str, goal: Goal, due: datetime | None, context: dict[str, Any] | None
     ) -> None:
         procrastinate = procrastinate_module()
+        jobs = self.jobs_of(goal.name)
+        if "todo" in jobs:  # the queueing lock would refuse another: cheaper to ask first
+            return self.record("skip", entry, ALREADY_QUEUED, goal=goal.name)
         args = {
             "goal": goal.name,
             "entry_id": entry.id if entry else None,
             "trigger": trigger,
             "digest": self.digest(goal),
-            "due": due.isoformat() if due else None,
+            "due": due.isoformat() if due and "doing" not in jobs else None,  # a follow-up is not on time
             "context": context,
         }
-        jobs = self.jobs_of(goal.name)
-        if "todo" in jobs:  # the queueing lock would refuse another: cheaper to ask first
-            return self.record("skip", entry, ALREADY_QUEUED, goal=goal.name)
         try:
             await self.queue.configure_task(TASK, lock=goal.name, queueing_lock=goal.name).defer_async(**args)
         except procrastinate.exceptions.AlreadyEnqueued:
@@ -256,9 +258,7 @@ class Cluster(Daemon):
         due: str | None = None,
         context: dict[str, Any] | None = None,
     ) -> None:
-        if self.config_stamp() != self.stamp:
-            self.stamp = self.config_stamp()
-            self.reload()
+        self.refresh()
         entry = self.entry(entry_id) if entry_id else None
         the_goal = self.catalog.goals.get(goal)
         token = JOB.set(job.job.id)
@@ -281,6 +281,17 @@ class Cluster(Daemon):
             self.record("error", entry, f"{type(exc).__name__}: {exc}", goal=goal)
         finally:
             JOB.reset(token)
+
+    def refresh(self) -> None:
+        """A worker reloads changed goal files before a run, at most once per poll interval (a daemon's own
+        poll does it already)."""
+        if self.schedules or time.monotonic() - self.refreshed < self.settings.poll_interval:
+            return
+        self.refreshed = time.monotonic()
+        stamp = self.config_stamp()
+        if stamp != self.stamp:
+            self.stamp = stamp
+            self.reload()
 
     def mismatch(self, goal: Goal, digest: str) -> str | None:
         mine = self.digest(goal)
