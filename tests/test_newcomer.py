@@ -367,10 +367,7 @@ def example_blocks(markdown: str) -> list[tuple[str, str]]:
     return found
 
 
-README_PENDING = pytest.mark.xfail(reason="README's example blocks land when the lead merges issue 10's README text")
-
-
-@pytest.mark.parametrize("doc", [pytest.param("README.md", marks=README_PENDING), "docs/reference.md"])
+@pytest.mark.parametrize("doc", ["README.md", "docs/reference.md"])
 def test_example_blocks_equal_the_real_example_files(doc):
     blocks = example_blocks((REPO / doc).read_text())
     assert blocks, f"{doc} shows none of the example files"
@@ -378,7 +375,6 @@ def test_example_blocks_equal_the_real_example_files(doc):
         assert body == (REPO / path).read_text(), f"{doc}: the block of {path} differs from the file"
 
 
-@README_PENDING
 def test_readme_links_only_to_files_in_the_repository():
     for target in re.findall(r"\]\(([^)#]+)", (REPO / "README.md").read_text()):
         if not target.startswith("http"):
