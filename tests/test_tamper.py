@@ -256,7 +256,8 @@ def test_two_clis_whose_paths_clash_take_turns(proj, server):
     while not (claims.is_dir() and any(claims.glob("*.json"))) and first.poll() is None:
         time.sleep(0.05)
     second = proj.subprocess("goal", "tests", "--json")
-    out, _ = first.communicate(timeout=120)
+    out, err = first.communicate(timeout=120)
+    assert out.strip() and second.stdout.strip(), err + second.stderr
     outcomes = [json.loads(text.splitlines()[-1])["outcome"] for text in (out, second.stdout)]
     assert outcomes == ["achieved", "achieved"]
     assert "test_zero" in (proj.root / "tests/test_calc.py").read_text()
