@@ -37,8 +37,8 @@ CHECK_FILE_MISSING = "{path} does not exist."
 
 CHECK_FOLDER = "{path}/ holds: {entries}"
 
-NUDGE = """You called no tool, so nothing changed and the checks above still fail. \
-Call a tool now ({tools}) to fix the files; an answer in words does not change them."""
+NUDGE = """You have not changed any file since the checks failed, so they still fail. \
+Call a tool that changes the files now ({tools}); an answer in words changes nothing."""
 
 TEXT_CALL_NOT_RUN = """Your message holds a tool call written as text ({names}); it was not executed. \
 Call tools through the tool-calling interface, not in the message text."""

@@ -152,13 +152,25 @@ def test_prose_after_feedback_is_answered_once_within_the_attempt(proj, server):
     out = proj.cli_json("goal", "total")
     assert (out["outcome"], out["attempts"]) == ("achieved", 2)
     nudge = server.requests[3]["messages"][-1]
-    assert nudge["role"] == "user" and "You called no tool" in nudge["content"]
-    assert "write_file" in nudge["content"]  # it names the goal's tools
+    assert nudge["role"] == "user" and "You have not changed any file" in nudge["content"]
+    assert "write_file, edit_file" in nudge["content"] and "read_file" not in nudge["content"]  # tools that act
     assert server.requests[3]["messages"][-2] == {"role": "assistant", "content": PROSE["content"]}
     [event] = events(proj, out["run_id"], "nudge")
     assert event["step"] == 1 and event["text"] == nudge["content"]
     run = proj.cli_json("show", out["run_id"])
     assert [a["steps"] for a in run["attempt_rows"]] == [2, 3]
+
+
+def test_an_attempt_that_only_reads_is_nudged_too(proj, server):
+    total_goal(proj, max_attempts=2)
+    read = {"tool_calls": [call("read_file", path="total.txt")]}
+    server.add(
+        write("total.txt", "42\n"), {"content": "done"}, read, PROSE, write("total.txt", "41\n"), {"content": "ok"}
+    )
+    out = proj.cli_json("goal", "total")
+    assert (out["outcome"], out["attempts"]) == ("achieved", 2)
+    [event] = events(proj, out["run_id"], "nudge")
+    assert event["step"] == 2
 
 
 def test_the_nudge_is_given_once_per_attempt(proj, server):

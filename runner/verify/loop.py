@@ -22,6 +22,7 @@ from ..store import Store, now
 from ..vocabulary import Event, Outcome
 from ..work import Model, Observer, Toolbox, WorkLoop, WorkResult, ignore
 from ..work.cost import Pricer
+from ..work.loop import READ_ONLY
 from ..work.tools.process import run_env, run_process, scrub_env, spawned
 from ..work.tools.sandbox import contained, sandbox_status
 from .approval import StoreApprover
@@ -199,7 +200,8 @@ class Verifier:
             snapshot = snapshot or Snapshot.take(goal)  # kept across attempts: a change between them counts too
             assert self.model is not None
             after_feedback = attempt > first or first_feedback is not None
-            nudge = prompts.NUDGE.format(tools=", ".join(toolbox.tools)) if verify.nudge and after_feedback else None
+            acting = ", ".join(name for name in toolbox.tools if name not in READ_ONLY) or ", ".join(toolbox.tools)
+            nudge = prompts.NUDGE.format(tools=acting) if verify.nudge and after_feedback else None
             self.work = WorkLoop(self.model, toolbox, goal.limits, self.record, self.pricer, nudge=nudge)
             async with contained(self.result.run_id):  # every process the attempt started is gone before the checks
                 work = await self.work.run(messages)

@@ -6,7 +6,8 @@ Two things keep a weak model's turn from being wasted. A reply that writes its t
 (`textcalls`) is run as those calls, its message rewritten into a proper tool call so the provider
 sees a valid history (`model.text_tool_calls: auto`), or answered that nothing was executed (`off`).
 And a loop given a `nudge` (the verify loop gives one after feedback) answers it once, when the
-model ends its turn without having called a single tool, instead of ending the attempt.
+model ends its turn without having changed anything (no tool called, or only tools that read),
+instead of ending the attempt.
 
 A limit, a provider failure or a cut-off reply ends the loop with a `StopReason` and the messages so
 far; nothing the model causes raises. The loop knows nothing of checks or schedules, and never
@@ -29,6 +30,9 @@ from . import textcalls
 from .cost import Pricer
 from .model import Model, Reply
 from .tools import Toolbox, describe_call
+
+READ_ONLY = ("read_file", "list_files", "search_files")
+"""Built-in tools that change nothing: an attempt that called only these did nothing about the checks."""
 
 Observer = Callable[[str, dict[str, Any]], None]
 """Receives each event (a kind of `vocabulary.Event`) with its data."""
@@ -65,11 +69,11 @@ class WorkLoop:
     pricer: Pricer | None = None
     """Prices each reply (cost per step in the `reply` event, `limits.max_cost`); None counts tokens only."""
     nudge: str | None = None
-    """Said once when the model ends its turn with no tool called in this attempt; None: the turn ends it."""
+    """Said once when the model ends its turn having changed nothing in this attempt; None: the turn ends it."""
     started: float = field(default_factory=time.monotonic)
     result: WorkResult | None = None
     """The attempt so far, readable by the caller even when the loop is cancelled."""
-    _called_tools: bool = field(default=False, init=False, repr=False)
+    _acted: bool = field(default=False, init=False, repr=False)
     _gave_nudge: bool = field(default=False, init=False, repr=False)
 
     async def run(self, messages: list[dict[str, Any]]) -> WorkResult:
@@ -146,8 +150,8 @@ class WorkLoop:
         return None
 
     def _nudged(self, step: int, messages: list[dict[str, Any]]) -> bool:
-        """Answer a turn that called no tool once with the nudge; False when there is none to give."""
-        if self.nudge is None or self._gave_nudge or self._called_tools:
+        """Answer a turn that changed nothing once with the nudge; False when there is none to give."""
+        if self.nudge is None or self._gave_nudge or self._acted:
             return False
         self._gave_nudge = True
         self.observe(Event.NUDGE, {"step": step, "text": self.nudge})
@@ -179,7 +183,7 @@ class WorkLoop:
     async def _run_tools(self, step: int, reply: Reply, messages: list[dict[str, Any]]) -> None:
         """Run a round's calls concurrently; append the results in the order of the calls."""
         calls = reply.tool_calls
-        self._called_tools = True
+        self._acted = self._acted or any(call["function"]["name"] not in READ_ONLY for call in calls)
         outputs = await asyncio.gather(*(self._run_tool(step, call) for call in calls))
         for call, output in zip(calls, outputs, strict=True):
             self._append(messages, {"role": "tool", "tool_call_id": call["id"], "content": output})
