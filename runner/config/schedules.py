@@ -130,6 +130,8 @@ def load_schedules(project: Project, goals: dict[str, Goal], goal_names: set[str
     """Every entry of every schedules/*.yaml file; all problems at once, each with file:line."""
     known = goal_names if goal_names is not None else set(goals)
     entries: list[Entry] = []
+    taken: dict[str, int] = {}
+    """Each entry id given, and how many entries share its FILE/GOAL/TRIGGER base (ids stay linear to give)."""
     problems: list[str] = []
     for path in project.schedule_files():
         try:
@@ -149,7 +151,7 @@ def load_schedules(project: Project, goals: dict[str, Goal], goal_names: set[str
                 problems += exc.problems
                 continue
             problems += _references(doc, i, entry, known, project)
-            entry.id = _entry_id(path.stem, entry, {e.id for e in entries})
+            entry.id = _entry_id(path.stem, entry, taken)
             entries.append(entry)
     if problems:
         raise ConfigError("invalid schedules", problems)
@@ -167,11 +169,15 @@ def _references(doc: Document, i: int, entry: Entry, known: set[str], project: P
     return problems
 
 
-def _entry_id(stem: str, entry: Entry, taken: set[str]) -> str:
+def _entry_id(stem: str, entry: Entry, taken: dict[str, int]) -> str:
+    """FILE/GOAL/TRIGGER, then FILE/GOAL/TRIGGER#2, #3... for the next entries with the same base."""
     base = f"{stem}/{entry.goal}/{entry.kind}"
-    name, n = base, 2
+    name, n = base, taken.get(base, 1)
     while name in taken:
-        name, n = f"{base}#{n}", n + 1
+        n += 1
+        name = f"{base}#{n}"
+    taken[base] = n
+    taken[name] = taken.get(name, 1)
     return name
 
 
