@@ -36,6 +36,7 @@ WAIT_MS = 60_000
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timeout(600),  # a browser and five runner processes; slower than most on a busy machine
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (apt-get install chromium)"),
 ]
 
