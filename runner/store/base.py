@@ -83,7 +83,9 @@ class Store(ABC):
         for r in self.runs(goal):
             if r["started"] >= since:
                 key = (r["goal"], r["started"][:10], r["outcome"])
-                row = groups.setdefault(key, dict(zip(("goal", "day", "outcome"), key), runs=0, tokens=0, cost=None))
+                row = groups.setdefault(
+                    key, {"goal": key[0], "day": key[1], "outcome": key[2], "runs": 0, "tokens": 0, "cost": None}
+                )
                 row["runs"] += 1
                 row["tokens"] += r["tokens"] or 0
                 if r.get("cost") is not None:
