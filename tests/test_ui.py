@@ -337,3 +337,24 @@ def test_static_assets_ship_with_the_package_and_a_broken_file_is_named_not_fata
     page = client.get("/")
     assert page.status_code == 200 and "goals/bad.yaml:" in page.text and "runner validate" in page.text
     assert client.get("/runs").status_code == 200
+
+
+def test_the_store_interface_defaults_agree_with_the_indexed_queries(proj):
+    """A store without its own find_runs/count_runs/daily_totals (built on runs()) answers as SQLite's do."""
+    from runner.store import Store
+
+    store = open_store(load_project(proj.root))
+    for i in range(30):
+        run_id = store.new_run(("alpha", "beta")[i % 2], "manual")
+        store.finish_run(run_id, ("achieved", "error", "stuck")[i % 3], tokens=100 + i)
+        store.update_run(run_id, started=f"2026-10-{1 + i // 3:02d}T0{i % 3}:00:00.000+00:00")
+    asks = [{}, {"goal": "beta"}, {"outcome": "error"}, {"since": "2026-10-03", "until": "2026-10-06"}]
+    for ask in asks:
+        assert Store.count_runs(store, **ask) == store.count_runs(**ask)
+        for page in (0, 5):
+            ids = [r["id"] for r in store.find_runs(**ask, limit=5, offset=page)]
+            assert [r["id"] for r in Store.find_runs(store, **ask, limit=5, offset=page)] == ids
+    key = lambda row: (row["goal"], row["day"], row["outcome"])  # noqa: E731
+    for goal in (None, "alpha"):
+        expected = sorted(store.daily_totals(goal, "2026-10-05"), key=key)
+        assert sorted(Store.daily_totals(store, goal, "2026-10-05"), key=key) == expected
