@@ -157,6 +157,7 @@ def test_prose_after_feedback_is_answered_once_within_the_attempt(proj, server):
     assert server.requests[3]["messages"][-2] == {"role": "assistant", "content": PROSE["content"]}
     [event] = events(proj, out["run_id"], "nudge")
     assert event["step"] == 1 and event["text"] == nudge["content"]
+    assert [r.get("tool_choice") for r in server.requests] == [None, None, None, "required", None]
     run = proj.cli_json("show", out["run_id"])
     assert [a["steps"] for a in run["attempt_rows"]] == [2, 3]
 
@@ -267,3 +268,13 @@ def test_the_terminal_shows_the_nudge_and_the_text_call(proj, server):
     assert shown.returncode == 0
     assert "tool call written as text (write_file): run as calls" in shown.stderr
     assert "no tool called after feedback: told to use the tools" in shown.stderr
+
+
+def test_a_provider_that_refuses_tool_choice_is_asked_again_without_it(proj, server):
+    total_goal(proj, max_attempts=2)
+    refuse = {"status": 400, "error": "tool_choice 'required' is not supported"}
+    server.add(write("total.txt", "42\n"), {"content": "done"}, PROSE, refuse, write("total.txt", "41\n"))
+    server.add({"content": "ok"})
+    out = proj.cli_json("goal", "total")
+    assert (out["outcome"], out["attempts"]) == ("achieved", 2)
+    assert [r.get("tool_choice") for r in server.requests][3:5] == ["required", None]

@@ -75,6 +75,7 @@ class WorkLoop:
     """The attempt so far, readable by the caller even when the loop is cancelled."""
     _acted: bool = field(default=False, init=False, repr=False)
     _gave_nudge: bool = field(default=False, init=False, repr=False)
+    _force_tool: bool = field(default=False, init=False, repr=False)
 
     async def run(self, messages: list[dict[str, Any]]) -> WorkResult:
         result = self.result = WorkResult("completed", messages)
@@ -86,7 +87,7 @@ class WorkLoop:
                     break
                 result.steps += 1
                 self.observe(Event.STEP, {"step": result.steps})
-                reply = await self._within_time(self.model.chat(messages, self.toolbox.schemas))
+                reply = await self._within_time(self._ask(messages))
                 result.tokens += reply.tokens
                 cost = self._price(result, reply)
                 self.observe(
@@ -122,6 +123,17 @@ class WorkLoop:
         )
         return result
 
+    async def _ask(self, messages: list[dict[str, Any]]) -> Reply:
+        """One model call; the turn right after the nudge asks for a tool call (`tool_choice: required`),
+        and a provider that refuses that field is asked again without it."""
+        if not self._force_tool:
+            return await self.model.chat(messages, self.toolbox.schemas)
+        self._force_tool = False
+        try:
+            return await self.model.chat(messages, self.toolbox.schemas, tool_choice="required")
+        except ProviderError:
+            return await self.model.chat(messages, self.toolbox.schemas)
+
     def _text_calls(self, step: int, reply: Reply) -> str | None:
         """Tool calls written as text: made real calls (`auto`), or the words telling the model they did not run."""
         if reply.tool_calls or reply.finish_reason == "length":
@@ -153,7 +165,7 @@ class WorkLoop:
         """Answer a turn that changed nothing once with the nudge; False when there is none to give."""
         if self.nudge is None or self._gave_nudge or self._acted:
             return False
-        self._gave_nudge = True
+        self._gave_nudge = self._force_tool = True
         self.observe(Event.NUDGE, {"step": step, "text": self.nudge})
         self._append(messages, {"role": "user", "content": self.nudge})
         return True
