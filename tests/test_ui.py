@@ -11,6 +11,7 @@ import time
 import urllib.request
 
 import pytest
+import yaml
 from starlette.testclient import TestClient
 from support import KEY, call
 
@@ -358,3 +359,20 @@ def test_the_store_interface_defaults_agree_with_the_indexed_queries(proj):
     for goal in (None, "alpha"):
         expected = sorted(store.daily_totals(goal, "2026-10-05"), key=key)
         assert sorted(Store.daily_totals(store, goal, "2026-10-05"), key=key) == expected
+
+
+def test_runner_daemon_serves_the_dashboard_with_daemon_ui(proj, daemons):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings = yaml.safe_load((proj.root / "runner.yaml").read_text())
+    settings["daemon"]["ui"] = {"port": port}
+    proj.write("runner.yaml", settings)
+    proj.goal("tidy", prompt="p")
+    daemon = daemons(proj)
+    daemon.wait_log("dashboard on http://127.0.0.1")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/") as page:
+        assert page.status == 200 and b'id="goal-tidy"' in page.read()
+    assert daemon.stop() == 0
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/")

@@ -45,13 +45,15 @@ def daemon(ctx: click.Context, verbose: bool) -> None:
 
     async def serve() -> None:
         from ..config import load_project
+        from ..ui import alongside  # the dashboard beside the daemon when runner.yaml says daemon.ui: true
 
-        if load_project(ctx.obj).settings.store.startswith(("postgresql://", "postgres://")):
+        project = load_project(ctx.obj)
+        if project.settings.store.startswith(("postgresql://", "postgres://")):
             from ..schedule.cluster import run_daemon
 
-            await run_daemon(ctx.obj)
+            await alongside(project, run_daemon(ctx.obj))
         else:
-            await Daemon(ctx.obj).run()
+            await alongside(project, Daemon(ctx.obj).run())
 
     import asyncio
 
