@@ -137,7 +137,7 @@ class McpServer(Strict):
     """Allow-list of the server's own tool names; default every tool it lists."""
     timeout: Duration = Field(default=60.0, gt=0)
     """One tool call, before its result is a timeout error the model reads."""
-    start_timeout: Duration = Field(default=30.0, gt=0)
+    start_timeout: Duration = Field(default=60.0, gt=0)
     """Starting, initializing and listing the tools, before the run ends `error`."""
 
     @model_validator(mode="after")

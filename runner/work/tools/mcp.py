@@ -122,6 +122,7 @@ class McpConnection:
         try:
             await asyncio.wait_for(asyncio.shield(ready), self.config.start_timeout)
         except asyncio.TimeoutError:
+            ready.cancel()  # whatever the session ends with now, nobody waits for it
             raise McpError(self._failed(f"did not start within {self.config.start_timeout:g}s")) from None
         except Exception as exc:
             raise McpError(self._failed(self._reason(exc))) from None
@@ -213,8 +214,10 @@ class McpConnection:
                 ready.set_result(None)
                 await self._stop.wait()
         except BaseException as exc:  # the SDK may raise groups; start() explains the leaf
-            if not ready.done():
-                ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
+            if not ready.done() and isinstance(exc, Exception):
+                ready.set_exception(exc)
+            elif not ready.done():
+                ready.cancel()
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
