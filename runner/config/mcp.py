@@ -1,9 +1,9 @@
 """The naming rules of MCP tools: which servers a run starts, which of their tools it offers, under what name.
 
 (The `mcp:` blocks themselves are `McpServer` in `models`.) A server's tools reach the model as
-`SERVER__TOOL`. Those names must be valid for every
-OpenAI-compatible provider (letters, digits, `_` and `-`, at most 64 characters), and the part before
-the first `__` must name the server, so a server name is letters, digits and `-`, joined by single `_`.
+`SERVER__TOOL`. Those names must be valid for every OpenAI-compatible provider (letters, digits, `_`
+and `-`, at most 64 characters), and the part before the first `__` must name the server, so a server
+name is letters, digits and `-`, joined by single `_`.
 """
 
 from __future__ import annotations
