@@ -31,7 +31,8 @@ from ..config import Project
 from ..errors import ConfigError, RunnerError, UnknownRun
 from ..store import Store, open_store
 from ..verify.approval import answer
-from . import outcomes, pages
+from .outcomes import CHOICES, LIVE, group_of, label, symbol
+from .pages import PAGE_SIZE, Catalogs, RunFilter, goal_charts, goal_rows, read, runs_page
 from .security import CSRF_COOKIE, Guard, Masker, is_loopback, new_csrf, origin_ok, same
 
 HERE = Path(__file__).parent
@@ -67,7 +68,7 @@ class Dashboard:
     def __init__(self, project: Project, token: str | None) -> None:
         self.project = project
         self._local = threading.local()
-        self.catalogs = pages.Catalogs(project)
+        self.catalogs = Catalogs(project)
         self.mask = Masker([token, project.settings.daemon.webhook.secret])
         self.templates = Environment(
             loader=FileSystemLoader(HERE / "templates"),
@@ -75,7 +76,7 @@ class Dashboard:
             auto_reload=False,
             finalize=self.mask.shown,
         )
-        self.templates.globals.update(symbol=outcomes.symbol, label=outcomes.label, group=outcomes.group_of)
+        self.templates.globals.update(symbol=symbol, label=label, group=group_of)
         self.templates.filters.update(when=_when, number=_number, money=_money, duration=_duration)
 
     @property
@@ -88,15 +89,15 @@ class Dashboard:
     # pages
     async def goals(self, request: Request) -> Response:
         catalog, problems = self.catalogs.get()
-        rows = pages.goal_rows(catalog, self.store) if catalog else []
+        rows = goal_rows(catalog, self.store) if catalog else []
         return self.render(request, "goals.html", rows=rows, problems=problems)
 
     async def runs(self, request: Request) -> Response:
-        chosen = pages.RunFilter.of(request.query_params)
-        rows, total = pages.runs_page(self.store, chosen)
+        chosen = RunFilter.of(request.query_params)
+        rows, total = runs_page(self.store, chosen)
         catalog, _ = self.catalogs.get()
         names = sorted(catalog.goals) if catalog else []
-        last = max((total + pages.PAGE_SIZE - 1) // pages.PAGE_SIZE, 1)
+        last = max((total + PAGE_SIZE - 1) // PAGE_SIZE, 1)
         return self.render(
             request,
             "runs.html",
@@ -105,7 +106,7 @@ class Dashboard:
             chosen=chosen,
             last=last,
             goals=names,
-            outcomes=outcomes.CHOICES,
+            outcomes=CHOICES,
         )
 
     async def run(self, request: Request) -> Response:
@@ -117,7 +118,7 @@ class Dashboard:
 
     async def charts(self, request: Request) -> Response:
         goal = request.path_params["goal"]
-        return self.render(request, "charts.html", goal=goal, charts=pages.goal_charts(self.store, goal))
+        return self.render(request, "charts.html", goal=goal, charts=goal_charts(self.store, goal))
 
     async def raw(self, request: Request) -> Response:
         run = self.store.run(request.path_params["run_id"])
@@ -143,7 +144,7 @@ class Dashboard:
                 context = self._run_context(run_id, run)
                 body = self.templates.get_template("run_body.html").render(**context, csrf=csrf)
                 yield _event("run", body)
-            if run["outcome"] not in outcomes.LIVE:
+            if run["outcome"] not in LIVE:
                 yield _event("end", run["outcome"])
                 return
             # a long transcript costs more to render: wait longer, so one reader never takes more than ~1/5 of a core
@@ -160,8 +161,8 @@ class Dashboard:
     def _run_context(self, run_id: str, run: dict[str, Any] | None = None) -> dict[str, Any]:
         run = run or self.store.run(run_id)
         events = self.store.transcript_events(run["id"])
-        reading = pages.read(run, events)
-        return {"run": run, "reading": reading, "live": run["outcome"] in outcomes.LIVE}
+        reading = read(run, events)
+        return {"run": run, "reading": reading, "live": run["outcome"] in LIVE}
 
     # actions
     async def trigger(self, request: Request) -> Response:

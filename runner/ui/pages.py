@@ -10,7 +10,7 @@ from ..config import Catalog, Project
 from ..errors import ConfigError
 from ..schedule.triggers import describe, next_fire
 from ..store import Store
-from . import charts
+from .charts import DAYS, Chart, charts
 from .reading import Reading, read_run
 
 PAGE_SIZE = 50
@@ -148,10 +148,10 @@ def read(run: dict[str, Any], events: list[dict[str, Any]]) -> Reading:
     return read_run(events, run.get("checks", []))
 
 
-def goal_charts(store: Store, goal: str) -> list[charts.Chart]:
+def goal_charts(store: Store, goal: str) -> list[Chart]:
     today = utc_today()
-    since = (today - timedelta(days=charts.DAYS - 1)).isoformat()
-    return charts.charts(store.daily_totals(goal, since), today)
+    since = (today - timedelta(days=DAYS - 1)).isoformat()
+    return charts(store.daily_totals(goal, since), today)
 
 
 def utc_today() -> date:
