@@ -77,7 +77,11 @@ def process(root: Path, command: str = "daemon") -> Iterator[subprocess.Popen]:
         yield proc
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(120)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def store(url: str) -> Any:
@@ -172,7 +176,11 @@ def start_delay(goals: int = 100, seconds: float = 20.0, daemons: int = 2) -> di
 def idle(entries: int = 10_000, seconds: float = 60.0, daemons: int = 2, postgres: bool = True) -> dict[str, Any]:
     with ExitStack() as stack:
         folder = stack.enter_context(tempfile.TemporaryDirectory())
-        root = project(Path(folder), {"noop": noop()}, [{"goal": "noop", "every": "1h"}] * entries, {})
+        root = project(Path(folder), {"noop": noop()}, [], {})
+        for i in range(100):  # 100 files: the loader's per-file entry ids stay short
+            (root / "schedules" / f"s{i:02d}.yaml").write_text(
+                yaml.safe_dump([{"goal": "noop", "every": "1h"}] * (entries // 100))
+            )
         if postgres:
             on_postgres(root, stack.enter_context(database()))
         procs = [stack.enter_context(process(root)) for _ in range(daemons)]

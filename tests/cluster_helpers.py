@@ -80,7 +80,7 @@ class ClusterProcess(DaemonProcess):
             env=child_env(),
         )
         threading.Thread(target=self._read, daemon=True).start()
-        self.wait_log(f"{command} started")
+        self.wait_log(f"{command} started", timeout=120)  # a loaded CI machine imports slowly
 
     def store(self) -> Any:
         return self.shared

@@ -178,7 +178,8 @@ def test_pause_resume_and_the_circuit_breaker_hold_cluster_wide(proj, db, cluste
 def test_runner_trigger_reaches_one_daemon_of_many(proj, db, cluster):
     monitor(proj, "manual")
     daemons = [cluster("daemon"), cluster("daemon")]
-    assert proj.subprocess("trigger", "manual").returncode == 0
+    sent = proj.subprocess("trigger", "manual")
+    assert sent.returncode == 0 and "triggered manual: a daemon runs it" in sent.stdout
     store = daemons[0].store()
     daemons[0].wait_for("the run", lambda: [r for r in store.runs() if r["ended"]])
     time.sleep(1)

@@ -199,6 +199,7 @@ def trigger(ctx: click.Context, name: str, payload: Any) -> None:
     from ..config import Catalog
     from ..schedule.daemon import daemon_pid
     from ..store import open_store
+    from ..store.postgres import is_postgres_url
 
     config = Catalog.load(ctx.obj)
     if name not in config.goals:
@@ -209,16 +210,17 @@ def trigger(ctx: click.Context, name: str, payload: Any) -> None:
         raise ConfigError(f"--payload: {len(text.encode())} bytes is over the limit of {MAX_PAYLOAD} bytes")
     command = store.send_command("trigger", name, text)
     pid = daemon_pid(config.project)
-    if not pid:
+    cluster = is_postgres_url(config.project.settings.store)  # its daemons may run on other machines
+    if not pid and not cluster:
         click.echo(f"queued {name}: no daemon is running now; it runs when `runner daemon` starts")
         return
+    who = f"the daemon (pid {pid})" if pid else "a daemon"
     wait = max(5.0, 4 * config.project.settings.daemon.poll_interval)
     if not _taken(store, command, wait):
         raise DaemonError(
-            f"the daemon (pid {pid}) did not take the trigger of {name} within {wait:g}s; it stays queued "
-            "(see the daemon's log)"
+            f"{who} did not take the trigger of {name} within {wait:g}s; it stays queued (see the daemon's log)"
         )
-    click.echo(f"triggered {name}: the daemon (pid {pid}) runs it as soon as the goal is free")
+    click.echo(f"triggered {name}: {who} runs it as soon as the goal is free")
 
 
 def _taken(store: Store, command: int, wait: float) -> bool:
