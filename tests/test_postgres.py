@@ -22,6 +22,8 @@ from support import call
 
 from runner.schedule.cluster import INTERRUPTED_WITHIN
 
+pytestmark = pytest.mark.timeout(600)  # several daemon processes each start in a few seconds, in minutes under load
+
 
 @pytest.fixture
 def url(proj):
