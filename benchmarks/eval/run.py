@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
             run = run_task(name, count, args)
             report["tasks"][name][str(count)] = run
             print(progress_line(name, count, run), file=sys.stderr, flush=True)
+            if args.out:  # so far, in case the evaluation is stopped before the end
+                Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     report["summary"] = summarize(report["tasks"], counts)
     print(table(report))
     if args.out:

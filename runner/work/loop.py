@@ -94,12 +94,12 @@ class WorkLoop:
                     Event.REPLY,
                     {"step": result.steps, "finish_reason": reply.finish_reason, "usage": reply.usage, "cost": cost},
                 )
-                written = self._text_calls(result.steps, reply)
+                not_run = self._text_calls(result.steps, reply)  # calls written as text: made real, or refused
                 self._append(messages, reply.message)
                 if reply.message.get("content"):
                     result.final_message = reply.message["content"]
-                if written:
-                    self._append(messages, {"role": "user", "content": written})
+                if not_run:
+                    self._append(messages, {"role": "user", "content": not_run})
                     continue
                 if not reply.tool_calls:
                     if reply.finish_reason != "length" and self._nudged(result.steps, messages):
