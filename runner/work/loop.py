@@ -26,9 +26,9 @@ from .. import prompts
 from ..config import Limits
 from ..errors import ProviderError
 from ..vocabulary import FORCED, Event, StopReason
-from . import textcalls
 from .cost import Pricer
 from .model import Model, Reply
+from .textcalls import find_calls
 from .tools import Toolbox, describe_call
 
 READ_ONLY = ("read_file", "list_files", "search_files")
@@ -139,7 +139,7 @@ class WorkLoop:
         if reply.tool_calls or reply.finish_reason == "length":
             return None
         content = reply.message.get("content")
-        calls = textcalls.find_calls(content, self.toolbox.tools)
+        calls = find_calls(content, self.toolbox.tools)
         if not calls:
             return None
         run = self.model.config.text_tool_calls == "auto"
