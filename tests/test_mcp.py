@@ -52,10 +52,11 @@ def http_demo() -> Iterator[str]:
     port = free_port()
     process = subprocess.Popen([sys.executable, str(DEMO), "--http", str(port)], stderr=subprocess.DEVNULL)
     try:
-        for _ in range(300):
+        for _ in range(2400):  # importing the SDK can take long on a loaded machine
             with socket.socket() as sock:
                 if sock.connect_ex(("127.0.0.1", port)) == 0:
                     break
+            assert process.poll() is None, "the demo HTTP server exited"
             time.sleep(0.05)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
