@@ -22,7 +22,8 @@ DEMO = Path(__file__).parent / "mcp_servers" / "demo.py"
 
 
 def demo(*extra: str, **fields: Any) -> dict[str, Any]:
-    return {"command": sys.executable, "args": [str(DEMO), *extra], **fields}
+    """The demo server over stdio; a loaded machine may take long to import the SDK, hence the start timeout."""
+    return {"command": sys.executable, "args": [str(DEMO), *extra], "start_timeout": "5m", **fields}
 
 
 def with_servers(proj, **servers: Any) -> None:
