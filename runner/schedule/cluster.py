@@ -132,7 +132,7 @@ class Cluster(Daemon):
             shutdown_graceful_timeout=self.settings.shutdown_grace,
             update_heartbeat_interval=HEARTBEAT,
             stalled_worker_timeout=STALLED_AFTER,
-            fetch_job_polling_interval=5.0,  # a fallback: LISTEN/NOTIFY wakes the worker for each new job
+            fetch_job_polling_interval=1.0,  # a follow-up waiting on its goal's lock is found by this poll
             abort_job_polling_interval=1.0,
             delete_jobs="successful",
         )
