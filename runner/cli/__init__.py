@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from . import approval, daemon, db, history, mcp, notify, project, run, service
+from . import approval, daemon, db, history, mcp, notify, project, run, service, ui
 from .common import RunnerGroup, project_root
 
 
@@ -33,6 +33,6 @@ def main(ctx: click.Context, project_dir: Path | None) -> None:
     ctx.obj = project_root(ctx, project_dir)
 
 
-for _module in (run, approval, history, daemon, project, db, mcp, notify, service):
+for _module in (run, approval, history, daemon, project, db, ui, mcp, notify, service):
     for _command in _module.COMMANDS:
         main.add_command(_command)
