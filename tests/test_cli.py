@@ -98,3 +98,15 @@ def test_sigint_cancels_a_run_and_kills_its_processes(proj, server):
     assert proc.returncode == 130 and out["outcome"] == "cancelled" and out["stop_reason"] == "cancelled"
     assert "sleep 63.1" not in os.popen("ps -eo args").read()
     assert json.loads(proj.cli("runs", "--json").output)[-1]["outcome"] == "cancelled"
+
+
+def test_validate_and_the_run_say_whether_the_sandbox_is_on(proj, server, monkeypatch):
+    proj.goal("g", prompt="hi")
+    server.add({"content": "ok"}, {"content": "ok"})
+    jailed = "sandbox: bubblewrap jail (network on)"
+    assert jailed in proj.cli("validate").output
+    assert proj.cli("goal", "g").stderr.startswith(jailed)
+    monkeypatch.setenv("RUNNER_SANDBOX", "off")
+    fallback = "sandbox: off (RUNNER_SANDBOX=off in the environment)"
+    assert fallback in proj.cli("validate").output
+    assert proj.cli("goal", "g").stderr.startswith(fallback)

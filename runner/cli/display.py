@@ -88,6 +88,9 @@ class Display:
             self.live.stop()
         self.live = self.working = None
 
+    def _sandbox(self, data: dict[str, Any]) -> None:
+        self.console.print(f"[dim]{escape(data['status'])}[/]")
+
     def _attempt(self, data: dict[str, Any]) -> None:
         if data["of"] > 1:
             self.console.print(f"[bold]attempt {data['attempt']}/{data['of']}[/]")

@@ -41,10 +41,11 @@ def runs(ctx: click.Context, goal_name: str | None, limit: int, show_all: bool, 
       runner runs --goal haiku --limit 5
     """
     from ..store import RUN_FIELDS, open_store
+    from ..verify import settle_interrupted
 
     project = project_of(ctx)
     store = open_store(project)
-    store.mark_interrupted()
+    settle_interrupted(store)
     rows = list(reversed(store.runs(goal_name, None if show_all else limit)))
     if goal_name and not rows:
         _known_goal(project, goal_name)
@@ -124,9 +125,10 @@ def show(ctx: click.Context, run_id: str, full: bool, as_json: bool) -> None:
       runner show 20261129-233331-0cd5e6 --full
     """
     from ..store import open_store
+    from ..verify import settle_interrupted
 
     store = open_store(project_of(ctx))
-    store.mark_interrupted()
+    settle_interrupted(store)
     run = store.run(run_id)
     events = [normalized(e) for e in store.transcript_events(run["id"])]
     if as_json:

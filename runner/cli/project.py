@@ -78,6 +78,10 @@ def validate(ctx: click.Context) -> None:
         sys.exit(2)
     entries = len(config.entries)
     click.echo(f"valid: {len(config.goals)} goal(s), {entries} schedule entr{'y' if entries == 1 else 'ies'}")
+    from ..work.tools.sandbox import sandbox_status
+
+    for line in sorted({sandbox_status(goal) for goal in config.goals.values()}):
+        click.echo(line)
 
 
 COMMANDS = [init, validate]

@@ -199,11 +199,12 @@ def continue_run(
     """
     from ..config import load_goal
     from ..store import open_store
+    from ..verify import settle_interrupted
     from ..verify.resume import resume_from
 
     project = project_of(ctx)
     store = open_store(project)
-    store.mark_interrupted()
+    settle_interrupted(store)
     resume = resume_from(store, run_id, text)
     if resume.goal == "inline":
         raise ConfigError(f"run {resume.run_id} ran an inline goal (runner goal -p), whose checks are not kept")

@@ -31,6 +31,7 @@ from ..config import Entry, Goal
 from ..errors import DaemonError
 from ..store import now
 from ..store.postgres import HOST, INSTALL_HINT, JOB, PostgresStore, redact
+from ..verify import settle_interrupted
 from . import unattended
 from .daemon import NOTIFY_GRACE, Daemon
 from .triggers import time_trigger
@@ -90,7 +91,7 @@ class Cluster(Daemon):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
-        for run_id in self.store.mark_interrupted():
+        for run_id in settle_interrupted(self.store):
             self.record("interrupted", detail=f"run {run_id} was left running on {HOST} by a process that is gone")
             unattended.tell_interrupted(self, run_id)
         import openai  # noqa: F401  (imported once here, not inside the first run while others wait)

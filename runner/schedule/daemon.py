@@ -32,7 +32,7 @@ from .. import notify
 from ..config import Catalog, Entry, Goal, Project
 from ..errors import ConfigError, DaemonError, StoreError
 from ..store import open_store
-from ..verify import RunResult, StoreApprover, run_goal
+from ..verify import RunResult, StoreApprover, run_goal, settle_interrupted
 from ..vocabulary import GOOD
 from . import unattended
 from .triggers import missed_fire, time_trigger
@@ -93,7 +93,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
-        for run_id in self.store.mark_interrupted():
+        for run_id in settle_interrupted(self.store):
             self.record("interrupted", detail=f"run {run_id} was left running by a process that is gone")
             unattended.tell_interrupted(self, run_id)
         import openai  # noqa: F401  (imported once here, not inside the first run while others wait)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .approval import StoreApprover, TerminalApprover, answer
 from .checks import Approver, CheckResult, run_checks_alone
-from .loop import RunResult, run_goal
+from .loop import RunResult, run_goal, settle_interrupted
 
 __all__ = [
     "Approver",
@@ -15,4 +15,5 @@ __all__ = [
     "answer",
     "run_checks_alone",
     "run_goal",
+    "settle_interrupted",
 ]
