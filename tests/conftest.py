@@ -10,6 +10,7 @@ import pytest
 from daemon_helpers import DaemonProcess
 from support import KEY, Proj
 
+from runner.config import project
 from runner.testing import ScriptedServer
 
 
@@ -22,6 +23,7 @@ def server() -> Iterator[ScriptedServer]:
 @pytest.fixture
 def proj(tmp_path: Path, server: ScriptedServer, monkeypatch: pytest.MonkeyPatch) -> Proj:
     monkeypatch.setenv("TEST_API_KEY", KEY)
+    monkeypatch.setattr(project, "_DOTENV_NAMES", set())  # what another test's .env listed is not this one's
     monkeypatch.chdir(tmp_path)
     return Proj(tmp_path, server)
 

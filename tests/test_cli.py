@@ -23,7 +23,7 @@ def test_init_writes_a_working_example_that_runs_offline(tmp_path, monkeypatch):
     result = runner.invoke(main, ["init", str(tmp_path / "demo")])
     assert result.exit_code == 0 and "wrote" in result.output
     demo = ["-C", str(tmp_path / "demo")]
-    assert runner.invoke(main, [*demo, "validate"]).output.strip() == "valid: 1 goal(s), 1 schedule entry"
+    assert runner.invoke(main, [*demo, "validate"]).output.splitlines()[0] == "valid: 1 goal(s), 1 schedule entry"
     result = runner.invoke(main, [*demo, "goal", "haiku", "--json"])
     out = json.loads(result.output)
     assert result.exit_code == 0 and (out["outcome"], out["attempts"]) == ("achieved", 2)

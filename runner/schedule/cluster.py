@@ -33,7 +33,7 @@ from ..store import now
 from ..store.postgres import HOST, INSTALL_HINT, JOB, PostgresStore, redact
 from ..verify import settle_interrupted
 from . import unattended
-from .daemon import NOTIFY_GRACE, Daemon
+from .daemon import NOTIFY_GRACE, Daemon, log_loop_error
 from .triggers import time_trigger
 
 log = logging.getLogger("runner.daemon")
@@ -89,6 +89,7 @@ class Cluster(Daemon):
     # lifecycle
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(log_loop_error)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
         for run_id in settle_interrupted(self.store):

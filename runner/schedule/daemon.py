@@ -91,6 +91,7 @@ class Daemon:
     async def run(self) -> None:
         self._take_lock()
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(log_loop_error)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
         for run_id in settle_interrupted(self.store):
@@ -404,6 +405,12 @@ class Daemon:
         where = f"{goal} [{entry.id}]" if entry is not None else (goal or "")
         log.info("%-9s %s %s", kind, where, detail)
         self.store.log_event(kind, goal, entry.id if entry is not None else None, detail)
+
+
+def log_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """One line, not a traceback, for what the event loop could not do (out of descriptors at an accept)."""
+    error = context.get("exception")
+    log.error("%s%s", context.get("message", "event loop error"), f": {error!r}" if error else "")
 
 
 def _matches(on: str, outcome: str) -> bool:
