@@ -111,8 +111,8 @@ def _bwrap_argv(goal: Goal) -> list[str]:
     root, workdir = goal.root.resolve(), goal.workpath
     argv = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     argv += ["--tmpfs", "/tmp"]
-    if root.is_relative_to("/tmp"):
-        argv += ["--ro-bind", str(root), str(root)]
+    for kept in _kept_in_tmp(root):
+        argv += ["--ro-bind", str(kept), str(kept)]
     argv += ["--bind", str(workdir), str(workdir)]
     for path in _read_only(goal, root, workdir):
         argv += ["--ro-bind", str(path), str(path)]
@@ -127,6 +127,15 @@ def _bwrap_argv(goal: Goal) -> list[str]:
     if not goal.sandbox.network:
         argv.append("--unshare-net")
     return [*argv, "--"]
+
+
+def _kept_in_tmp(root: Path) -> list[Path]:
+    """What the jail's private /tmp must still show, read-only: the project, and the Python and the runner
+    installation the agent's commands run with, when they live under /tmp (a checkout or a venv there)."""
+    wanted = {root, Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent, Path(__file__).parents[3]}
+    kept = {path.resolve() for path in wanted if path.exists()}
+    kept = {path for path in kept if path.is_relative_to("/tmp") and path != Path("/tmp")}
+    return sorted(path for path in kept if not any(path != other and path.is_relative_to(other) for other in kept))
 
 
 def _run_files(state: Path) -> list[str]:
