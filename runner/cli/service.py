@@ -109,10 +109,7 @@ def status(ctx: click.Context, user_unit: bool) -> None:
     Example:
       runner service status --user
     """
-    project = project_of(ctx)
-    path = unit_path(project, user_unit)
-    if not path.exists():
-        raise DaemonError(f"no unit installed for {project.root} ({path} does not exist; runner service install)")
+    path = _installed_unit(ctx, user_unit)
     systemctl = _systemctl(user_unit)
     state = {what: _query([*systemctl, what, path.name]) for what in ("is-enabled", "is-active")}
     click.echo(f"{path.name}: {state['is-active']}, {state['is-enabled']}  ({path})")
@@ -131,10 +128,7 @@ def uninstall(ctx: click.Context, user_unit: bool) -> None:
     Example:
       runner service uninstall --user
     """
-    project = project_of(ctx)
-    path = unit_path(project, user_unit)
-    if not path.exists():
-        raise DaemonError(f"no unit installed for {project.root} ({path} does not exist)")
+    path = _installed_unit(ctx, user_unit)
     systemctl = _systemctl(user_unit)
     _run([*systemctl, "disable", "--now", path.name])
     path.unlink()
@@ -211,3 +205,12 @@ def _query(command: list[str]) -> str:
 
 
 COMMANDS = [service]
+
+
+def _installed_unit(ctx: click.Context, user_unit: bool) -> Path:
+    """The project's unit file, or a DaemonError saying none is installed."""
+    project = project_of(ctx)
+    path = unit_path(project, user_unit)
+    if not path.exists():
+        raise DaemonError(f"no unit installed for {project.root} ({path} does not exist; runner service install)")
+    return path
