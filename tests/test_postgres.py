@@ -70,11 +70,34 @@ def test_schema_is_migrated_once_and_the_daemon_refuses_a_database_behind(proj, 
     assert refused.returncode == 3
     assert "run `runner db migrate`" in refused.stderr and "Traceback" not in refused.stderr
     first = proj.subprocess("db", "migrate")
-    assert "applied runner schema version 1" in first.stdout and "applied Procrastinate schema" in first.stdout
+    assert "applied Procrastinate schema" in first.stdout
+    assert "applied runner schema version 1" in first.stdout and "applied runner schema version 2" in first.stdout
     again = proj.subprocess("db", "migrate")
     assert again.returncode == 0 and "is up to date" in again.stdout
     status = proj.subprocess("db", "status")
-    assert status.returncode == 0 and "workers alive: 0" in status.stdout and "schema version 1" in status.stdout
+    assert status.returncode == 0 and "workers alive: 0" in status.stdout and "schema version 2" in status.stdout
+
+
+def test_a_follow_up_waiting_on_its_goals_lock_is_announced_when_the_run_ends(proj, db):
+    """Procrastinate tells workers of new jobs only; a follow-up whose goal's run just ended must not wait for
+    their next poll (JOB_POLL seconds), so the database announces it on the channel the workers listen to."""
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as listener, psycopg.connect(db, autocommit=True) as conn:
+        listener.execute("LISTEN procrastinate_any_queue_v1")
+        insert = (
+            "INSERT INTO procrastinate_jobs (queue_name, task_name, lock, queueing_lock, args, status)"
+            " VALUES ('default', 'runner.run', %s, %s, '{}', %s) RETURNING id"
+        )
+        running = conn.execute(insert, ("g", None, "doing")).fetchone()[0]
+        other = conn.execute(insert, ("h", None, "doing")).fetchone()[0]
+        waiting = conn.execute(insert, ("g", "g", "todo")).fetchone()[0]
+        list(listener.notifies(timeout=0.5))  # the insert's own notice
+        conn.execute("SELECT procrastinate_finish_job_v1(%s, 'succeeded', false)", (other,))
+        assert list(listener.notifies(timeout=0.5)) == []  # nothing waits on h's lock
+        conn.execute("SELECT procrastinate_finish_job_v1(%s, 'succeeded', true)", (running,))
+        notices = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+    assert notices == [f'{{"type" : "job_inserted", "job_id" : {waiting}}}']
 
 
 def test_a_unreachable_server_is_one_line_without_the_password(proj):

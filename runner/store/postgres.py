@@ -77,6 +77,21 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX runner_transcripts_run ON runner_transcripts (run_id, id);
     """,
+    # 2: a job that ends while a follow-up waits on its lock wakes the workers at once (Procrastinate only
+    # notifies them of new jobs; without this the follow-up waits for their next poll)
+    """
+    CREATE FUNCTION runner_wake_follow_up() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF OLD.lock IS NOT NULL AND OLD.status = 'doing' AND (TG_OP = 'DELETE' OR NEW.status <> 'doing') THEN
+            PERFORM pg_notify('procrastinate_any_queue_v1',
+                              json_build_object('type', 'job_inserted', 'job_id', id)::text)
+            FROM procrastinate_jobs WHERE lock = OLD.lock AND status = 'todo' LIMIT 1;
+        END IF;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER runner_wake_follow_up AFTER UPDATE OF status OR DELETE ON procrastinate_jobs
+        FOR EACH ROW EXECUTE FUNCTION runner_wake_follow_up();
+    """,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 MIGRATE_LOCK = 7_146_001  # a pg_advisory_xact_lock key: one `runner db migrate` at a time
