@@ -156,7 +156,7 @@ def start_delay(goals: int = 100, seconds: float = 20.0, daemons: int = 2) -> di
         events = shared.events("start")
         triggers = len(shared.events("trigger"))
         shared.close()
-    fires = Counter((e["entry"], e["detail"]) for e in events)
+    fires = Counter((e["entry"], e["detail"]) for e in events if " due " in e["detail"])  # follow-ups have no due
     delays = sorted(
         (datetime.fromisoformat(e["at"]) - datetime.fromisoformat(e["detail"].split(" due ")[1])).total_seconds()
         for e in events
@@ -165,6 +165,7 @@ def start_delay(goals: int = 100, seconds: float = 20.0, daemons: int = 2) -> di
     p = lambda q: delays[min(len(delays) - 1, int(q * len(delays)))]  # noqa: E731
     return {
         "starts": len(delays),
+        "follow_up_starts": sum(" due " not in e["detail"] for e in events),
         "triggers": triggers,
         "duplicate_fires": sum(n - 1 for n in fires.values()),
         "p50_s": round(p(0.50), 3),

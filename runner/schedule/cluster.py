@@ -238,6 +238,7 @@ class Cluster(Daemon):
         rows = self.store.exec(
             "SELECT DISTINCT status::text AS s FROM procrastinate_jobs WHERE lock = %s AND status IN ('todo', 'doing')",
             (goal,),
+            after_writes=False,
         ).fetchall()
         return {r["s"] for r in rows}
 

@@ -237,10 +237,15 @@ class PostgresStore(Store):
             self.writer = None
         self.db.close()
 
-    def exec(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
-        """A statement whose result is needed (or that must be done on return), after every queued write."""
+    def exec(self, sql: str, args: tuple[Any, ...] = (), *, after_writes: bool = True) -> Any:
+        """A statement whose result is needed (or that must be done on return), after every queued write.
+
+        `after_writes=False` for tables that are never written through the queue (entries, commands,
+        approvals, Procrastinate's): such a read does not wait for a burst of queued writes to drain.
+        """
         psycopg = psycopg_module()
-        self.flush()
+        if after_writes:
+            self.flush()
         try:
             with self._lock:
                 return self.db.execute(sql, tuple(_text(a) for a in args))  # type: ignore[arg-type]
@@ -470,12 +475,13 @@ class PostgresStore(Store):
             "UPDATE runner_commands SET taken = %s WHERE id IN (SELECT id FROM runner_commands WHERE taken IS NULL"
             " ORDER BY id FOR UPDATE SKIP LOCKED) RETURNING id, kind, target, payload",
             (now(),),
+            after_writes=False,
         ).fetchall()
         return [(r["kind"], r["target"], r["payload"]) for r in sorted(rows, key=lambda r: r["id"])]
 
     # schedule entries
     def entry(self, entry_id: str) -> dict[str, Any]:
-        row = self.exec("SELECT * FROM runner_entries WHERE id = %s", (entry_id,)).fetchone()
+        row = self.exec("SELECT * FROM runner_entries WHERE id = %s", (entry_id,), after_writes=False).fetchone()
         if row is None:
             return {"id": entry_id, "last_fire": None, "paused": 0, "failures": 0}
         return {**row, "last_fire": row["last_fire"].isoformat() if row["last_fire"] else None}
@@ -486,6 +492,7 @@ class PostgresStore(Store):
             f"INSERT INTO runner_entries (id, {', '.join(fields)}) VALUES (%s, {', '.join('%s' for _ in fields)})"
             f" ON CONFLICT (id) DO UPDATE SET {columns}",
             (entry_id, *fields.values()),
+            after_writes=False,
         )
 
     def claim_fire(self, entry_id: str, fire: datetime) -> bool:
@@ -495,6 +502,7 @@ class PostgresStore(Store):
             " SET last_fire = EXCLUDED.last_fire"
             " WHERE runner_entries.last_fire IS NULL OR runner_entries.last_fire < EXCLUDED.last_fire RETURNING id",
             (entry_id, fire),
+            after_writes=False,
         ).fetchone()
         return row is not None
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import secrets
 import shutil
@@ -209,8 +210,9 @@ def end_scope(scope: Scope) -> list[int]:
     killed: list[int] = []
     if not scope.leaders or not os.path.isdir("/proc"):
         return killed  # nothing started in the scope, so nothing can carry its token or descend from it
+    since = _first_possible_pid(scope)
     for _ in range(10):  # a process forking as it dies is caught on the next pass
-        procs = _processes()
+        procs = _processes(since)
         victims = _members(scope, procs)
         if not victims:
             _reap(procs)
@@ -248,11 +250,31 @@ class _Proc:
     started: float
 
 
-def _processes() -> dict[int, _Proc]:
+FULL_SCAN_AFTER = 60.0
+"""A scope older than this is ended with a scan of every process (pids may have wrapped around meanwhile)."""
+
+
+def _first_possible_pid(scope: Scope) -> int:
+    """The lowest pid a process of the scope can have: its first leader's, since every process of the scope
+    descends from a leader and pids are handed out in increasing order; 0 (all) when the scope is old or the
+    pid counter went round since (a short attempt in a busy daemon skips reading the machine's other processes)."""
+    if not scope.leaders or time.time() - scope.started > FULL_SCAN_AFTER:
+        return 0
+    first = min(scope.leaders)
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "rb") as file:
+            last = int(file.read().strip())
+    except (OSError, ValueError):
+        return 0
+    return first if last >= first else 0
+
+
+def _processes(since: int = 0) -> dict[int, _Proc]:
+    """Every process of the machine (pid `since` and above), read from /proc."""
     found: dict[int, _Proc] = {}
     boot, tick = _boot_time(), os.sysconf("SC_CLK_TCK")
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        if not entry.isdigit() or int(entry) < since:
             continue
         try:
             fd = os.open(f"/proc/{entry}/stat", os.O_RDONLY)
@@ -334,6 +356,7 @@ def _reap(procs: dict[int, _Proc]) -> None:
                 os.waitpid(proc.pid, os.WNOHANG)
 
 
+@functools.cache
 def _boot_time() -> float:
     try:
         with open("/proc/stat", "rb") as file:
