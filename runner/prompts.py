@@ -12,10 +12,12 @@ CHECKS_FAILED_BEFORE_WORK = """Before you started, the acceptance checks were ru
 
 FEEDBACK = """Attempt {attempt} is not accepted yet: {failed} of {total} acceptance checks failed.
 {changes}
-{checks}
+{checks}"""
 
-The task is not done. Do not explain or apologise: call the tools now to change the files so that \
+FEEDBACK_ACT = """The task is not done. Do not explain or apologise: call the tools now to change the files so that \
 these checks pass (read a file first if you need to see it). When the change is made, stop with a short summary."""
+
+TASK_AGAIN = "The task, as given: {task}"
 
 FEEDBACK_CHANGES = "Newly failing: {new}. Fixed since the last attempt: {fixed}."
 
@@ -24,7 +26,17 @@ command: {command}
 {status}
 {output}"""
 
-SILENT_CHECK = "exit code {exit_code}, and the command printed nothing. What it reads:"
+SILENT_CHECK = "exit code {exit_code}, and the command printed nothing.{meaning} What it reads:"
+
+GREP_MEANING = " It passes only when {files} has a line {how} `{pattern}`{case}."
+
+ATTEMPT_CHANGED = "Files your attempt changed: {files}."
+
+ATTEMPT_CHANGED_NOTHING = "Your attempt changed no file."
+
+ATTEMPT_REWROTE = "It wrote {files} again with the same content as before."
+
+NOT_CHANGED = "It did not change {files}, which the failing checks read."
 
 CHECK_FILE = """{path} ({size} bytes):
 ```
@@ -37,11 +49,14 @@ CHECK_FILE_MISSING = "{path} does not exist."
 
 CHECK_FOLDER = "{path}/ holds: {entries}"
 
-NUDGE = """You have not changed any file since the checks failed, so they still fail. \
+NUDGE = """You have not changed any file since the checks failed, so they still fail.{need} \
 Call a tool that changes the files now ({tools}); an answer in words changes nothing."""
 
 TEXT_CALL_NOT_RUN = """Your message holds a tool call written as text ({names}); it was not executed. \
 Call tools through the tool-calling interface, not in the message text."""
+
+UNKNOWN_TOOL = """Your message holds a call of {names}, which is not a tool you have, so nothing was run. \
+Your tools are: {tools}. Call one of them now through the tool-calling interface."""
 
 FRESH_CONTEXT = """{prompt}
 

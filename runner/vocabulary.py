@@ -62,13 +62,15 @@ class Event:
     NUDGE = "nudge"
     """The model stopped without acting after feedback and was told to use the tools: step, text."""
     TEXT_TOOL_CALL = "text_tool_call"
-    """A reply wrote tool calls as text: step, names, content (what it wrote), executed (run as calls, or not)."""
+    """A reply wrote tool calls as text: step, names, content (what it wrote), executed (run as calls, or not),
+    unknown (true when the names are of tools that do not exist: the model was told which there are)."""
     STOPPED = "stopped"
     """The work loop ended: reason (a StopReason), steps, tokens, error."""
     CHECK = "check"
     """A check ended: attempt, name, check_kind, passed, command, exit_code, output, reason, duration_s, skipped."""
     FEEDBACK = "feedback"
-    """The failed checks' feedback to the model: attempt, text."""
+    """The failed checks' feedback to the model: attempt, text (all of it), checks (what the checks said),
+    did (what the attempt changed, and the files the failing checks read that it left alone)."""
     BEFORE_RETRY = "before_retry"
     """verify.before_retry ran: command, exit_code, output."""
     CLAIM_WAIT = "claim_wait"

@@ -132,12 +132,39 @@ def test_with_text_tool_calls_off_the_model_is_told_nothing_ran(proj, server):
     assert event["executed"] is False
 
 
-def test_a_text_call_of_an_unknown_tool_is_neither_run_nor_answered(proj, server):
+INVENTED = '```json\n{"name": "add_function", "arguments": {"path": "total.txt", "function": "is_even"}}\n```'
+
+
+def test_a_text_call_of_an_unknown_tool_is_not_run_and_the_model_is_told_its_tools(proj, server):
     total_goal(proj, max_attempts=1)
-    server.add({"content": '{"name": "rm_rf", "arguments": {"path": "."}}'})
+    server.add({"content": INVENTED}, write("total.txt", "41\n"), {"content": "done"})
+    out = proj.cli_json("goal", "total")
+    assert (out["outcome"], out["steps"]) == ("achieved", 3)
+    told = server.requests[1]["messages"][-1]
+    assert (
+        told["role"] == "user" and "add_function, which is not a tool you have, so nothing was run" in told["content"]
+    )
+    assert "read_file, write_file, edit_file" in told["content"]
+    assert server.requests[1]["messages"][-2] == {"role": "assistant", "content": INVENTED}
+    assert [r.get("tool_choice") for r in server.requests] == [None, "required", None]  # asked for a real call
+    [event] = events(proj, out["run_id"], "text_tool_call")
+    assert event["names"] == ["add_function"] and event["executed"] is False and event["unknown"] is True
+
+
+def test_an_invented_tool_is_answered_once_an_attempt_and_never_run(proj, server):
+    total_goal(proj, max_attempts=1)
+    server.add({"content": '{"name": "rm_rf", "arguments": {"path": "."}}'}, {"content": INVENTED})
+    out = proj.cli_json("goal", "total")
+    assert (out["outcome"], out["steps"]) == ("not_achieved", 2)
+    assert len(server.requests) == 2 and (proj.root / "sales.csv").exists()
+    assert [e["names"] for e in events(proj, out["run_id"], "text_tool_call")] == [["rm_rf"]]
+
+
+def test_prose_that_merely_holds_braces_is_not_an_invented_call(proj, server):
+    total_goal(proj, max_attempts=1)
+    server.add({"content": 'Use {"name": "x"} as a template, or {"arguments": {}} alone.'})
     out = proj.cli_json("goal", "total")
     assert (out["outcome"], out["steps"]) == ("not_achieved", 1)
-    assert len(server.requests) == 1 and (proj.root / "sales.csv").exists()
     assert events(proj, out["run_id"], "text_tool_call") == []
 
 
@@ -154,6 +181,7 @@ def test_prose_after_feedback_is_answered_once_within_the_attempt(proj, server):
     nudge = server.requests[3]["messages"][-1]
     assert nudge["role"] == "user" and "You have not changed any file" in nudge["content"]
     assert "write_file, edit_file" in nudge["content"] and "read_file" not in nudge["content"]  # tools that act
+    assert "so they still fail. It passes only when total.txt has a line that is exactly `41`. Call" in nudge["content"]
     assert server.requests[3]["messages"][-2] == {"role": "assistant", "content": PROSE["content"]}
     [event] = events(proj, out["run_id"], "nudge")
     assert event["step"] == 1 and event["text"] == nudge["content"]
@@ -278,3 +306,172 @@ def test_a_provider_that_refuses_tool_choice_is_asked_again_without_it(proj, ser
     out = proj.cli_json("goal", "total")
     assert (out["outcome"], out["attempts"]) == ("achieved", 2)
     assert [r.get("tool_choice") for r in server.requests][3:5] == ["required", None]
+
+
+# --- feedback: what the attempt changed, where the checks look, the task again
+
+
+def test_feedback_names_what_the_attempt_changed_and_the_file_the_check_reads(proj, server):
+    total_goal(proj, max_attempts=4, stuck_after=5)
+    proj.write("notes.txt", "old\n")
+    server.add(
+        write("total_number.txt", "41\n"),
+        {"content": "done"},
+        write("notes.txt", "new and longer\n"),
+        {"content": "done"},
+        {"content": "nothing more"},
+        {"content": "still nothing"},  # after the nudge
+        {"content": "last"},
+        {"content": "last again"},
+    )
+    out = proj.cli_json("goal", "total")
+    assert out["outcome"] == "not_achieved"
+    first, second, third = (
+        m["messages"][-1]["content"] for m in (server.requests[2], server.requests[4], server.requests[6])
+    )
+    assert "Files your attempt changed: total_number.txt (new). It did not change total.txt, which the failing" in first
+    assert "Files your attempt changed: notes.txt. It did not change total.txt" in second
+    assert "Your attempt changed no file. It did not change total.txt" in third
+    for feedback in (first, second, third):
+        assert "The task, as given: Write the total of the amount column of sales.csv to total.txt." in feedback
+        assert feedback.index("It did not change") < feedback.index("The task, as given") < feedback.index("Do not")
+
+
+def test_feedback_never_points_the_agent_at_a_protected_file(proj, server):
+    proj.write("verifiers/check.py", "import sys\nsys.exit(0 if open(sys.argv[1]).read() else 1)\n")
+    check = "python3 verifiers/check.py sales.csv && grep -qx 41 total.txt"  # sales.csv exists: a protected input
+    total_goal(proj, checks=[{"name": "total", "run": check}], max_attempts=2)
+    server.add(write("other.txt", "x"), {"content": "done"}, write("total.txt", "41\n"), {"content": "ok"})
+    out = proj.cli_json("goal", "total")
+    assert out["outcome"] == "achieved"
+    feedback = server.requests[2]["messages"][-1]["content"]
+    assert "Files your attempt changed: other.txt (new). It did not change total.txt, which" in feedback
+    assert "sales.csv, which" not in feedback and "verifiers/check.py, which" not in feedback
+
+
+def test_a_deleted_file_and_caches_in_the_changes(proj, server):
+    proj.write("old.txt", "x\n")
+    total_goal(proj, max_attempts=2)
+    server.add(
+        {"tool_calls": [call("shell", command="rm old.txt && mkdir -p __pycache__ && touch __pycache__/a.pyc")]},
+        {"content": "done"},
+        write("total.txt", "41\n"),
+        {"content": "ok"},
+    )
+    proj.cli_json("goal", "total")
+    feedback = server.requests[2]["messages"][-1]["content"]
+    assert "Files your attempt changed: old.txt (deleted)." in feedback and "pyc" not in feedback
+
+
+@pytest.mark.parametrize(
+    ("command", "meaning"),
+    [
+        ("grep -qx 41 total.txt", "It passes only when total.txt has a line that is exactly `41`."),
+        ("grep -q 'Hello, runner!' hello.txt", "It passes only when hello.txt has a line containing `Hello, runner!`."),
+        ("grep -qxF 31.5 max.txt", "has a line that is exactly `31.5`."),
+        ("grep -qiw error a.log b.log", "when one of a.log, b.log has a line with the word `error` (ignoring case)."),
+        ("grep -q -e '^v[0-9]' VERSION", "VERSION has a line matching the regular expression `^v[0-9]`."),
+        ("grep -qEx 'a+b' f.txt", "f.txt has a line wholly matching the regular expression `a+b`."),
+    ],
+)
+def test_a_silent_grep_check_is_explained_in_words(command, meaning):
+    from runner.verify.feedback import grep_meaning
+
+    assert grep_meaning(command).strip().endswith(meaning)
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["grep -qv 41 total.txt", "grep -c 41 total.txt", "grep -qx 41 total.txt && test -s x", "grep -qr x .",
+     "grep --quiet x f", "egrep -q x f", "grep -q", "grep -q 'unclosed f"],
+)  # fmt: skip
+def test_a_grep_with_another_meaning_is_not_explained(command):
+    from runner.verify.feedback import grep_meaning
+
+    assert grep_meaning(command) == ""
+
+
+def test_the_silent_grep_feedback_says_what_the_check_wants(proj, server):
+    total_goal(proj, max_attempts=2)
+    server.add(write("total.txt", "42\n"), {"content": "done"}, write("total.txt", "41\n"), {"content": "ok"})
+    proj.cli_json("goal", "total")
+    feedback = server.requests[2]["messages"][-1]["content"]
+    assert "printed nothing. It passes only when total.txt has a line that is exactly `41`. What it reads:" in feedback
+
+
+def test_a_huge_workdir_is_not_listed(tmp_path, monkeypatch):
+    from runner.verify import changes
+
+    for i in range(5):
+        (tmp_path / f"f{i}").write_text("x")
+    (tmp_path / "node_modules").mkdir()
+    (tmp_path / "node_modules" / "big.js").write_text("x")
+    assert sorted(changes.listing(tmp_path)) == [f"f{i}" for i in range(5)]
+    monkeypatch.setattr(changes, "MAX_FILES", 3)
+    assert changes.listing(tmp_path) is None
+    assert changes.listing(tmp_path / "missing") is None
+
+
+def test_a_block_of_python_style_calls_of_known_tools_is_run(proj, server):
+    total_goal(proj, max_attempts=1)
+    text = '<tool_response>\nread_file("sales.csv")\nwrite_file("total.txt", content="41\\n")\n</tool_response>'
+    server.add({"content": text}, {"content": "done"})
+    out = proj.cli_json("goal", "total")
+    assert (out["outcome"], out["steps"]) == ("achieved", 2)
+    assert (proj.root / "total.txt").read_text() == "41\n"
+    calls = server.requests[1]["messages"][-3]["tool_calls"]
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        ("read_file", {"path": "sales.csv"}),
+        ("write_file", {"path": "total.txt", "content": "41\n"}),
+    ]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        'Call read_file("sales.csv") to see it.',  # prose, not a block of calls
+        '```python\nwith open("total.txt", "w") as f:\n    f.write("41")\n```',  # code, not calls
+        '```\nwrite_file("total.txt", open("x").read())\n```',  # not literal arguments
+        '```\nwrite_file("a", "b", "c", "d")\n```',  # more arguments than the tool has
+        '```\nrm_rf("/")\n```',  # an unknown tool
+        '```\nread_file("sales.csv")\nprint("done")\n```',  # not only calls of tools
+    ],
+)
+def test_what_is_not_plainly_a_python_style_call_is_not_one(content):
+    parameters = {"read_file": ["path", "offset", "limit"], "write_file": ["path", "content"]}
+    assert find_calls(content, parameters) == []
+
+
+def test_a_file_written_again_unchanged_is_said_so(proj, server):
+    total_goal(proj, max_attempts=3, stuck_after=5)
+    again = (write("total.txt", "1234\n"), {"content": "done"})
+    server.add(*again, *again, *again)
+    out = proj.cli_json("goal", "total")
+    first, second = (e["did"] for e in events(proj, out["run_id"], "feedback"))
+    assert first == "Files your attempt changed: total.txt (new)."
+    assert second == (
+        "Your attempt changed no file. It wrote total.txt again with the same content as before."
+        " It did not change total.txt, which the failing checks read."
+    )
+    assert second in server.requests[4]["messages"][-1]["content"]
+
+
+def test_the_changes_between_two_listings(tmp_path):
+    import os
+    import time
+
+    from runner.verify.changes import Changes, listing
+
+    (tmp_path / "same.txt").write_text("a")
+    (tmp_path / "edit.txt").write_text("a")
+    (tmp_path / "gone.txt").write_text("a")
+    before = listing(tmp_path)
+    time.sleep(0.01)
+    (tmp_path / "same.txt").write_text("a")  # written again, same content
+    (tmp_path / "edit.txt").write_text("b")  # same size, new content
+    os.utime(tmp_path / "edit.txt", ns=(before["edit.txt"][1], before["edit.txt"][1]))  # even with the old mtime
+    (tmp_path / "gone.txt").unlink()
+    (tmp_path / "new.txt").write_text("n")
+    changes = Changes.between(before, listing(tmp_path))
+    assert (changes.created, changes.changed, changes.deleted) == (["new.txt"], ["edit.txt"], ["gone.txt"])
+    assert changes.rewritten == ["same.txt"] and changes.touched == {"new.txt", "edit.txt", "gone.txt"}

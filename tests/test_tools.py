@@ -49,6 +49,32 @@ def test_read_write_edit_list_search(box: Toolbox, tmp_path: Path):
     assert use(box, "search_files", pattern="(").startswith("error: invalid regular expression")
 
 
+def test_edit_file_errors_say_what_to_do_next(box: Toolbox, tmp_path: Path):
+    use(box, "write_file", path="notes.md", content="# Notes\n\nThe colour of the sky.\nA colour.\n")
+    several = use(box, "edit_file", path="notes.md", old_text="colour", new_text="color")
+    assert several.startswith("error: old_text found 2 times in notes.md") and "replace_all" in several
+    assert (tmp_path / "work/notes.md").read_text().count("colour") == 2  # nothing changed
+    done = use(box, "edit_file", path="notes.md", old_text="colour", new_text="color", replace_all=True)
+    assert done == "edited notes.md (2 replacements)"
+    assert (tmp_path / "work/notes.md").read_text() == "# Notes\n\nThe color of the sky.\nA color.\n"
+    missed = use(box, "edit_file", path="notes.md", old_text="version = 1.2.0", new_text="x")
+    assert missed.endswith("the file holds exactly:\n```\n# Notes\n\nThe color of the sky.\nA color.\n```")
+    use(box, "write_file", path="big.txt", content="line\n" * 1000)
+    assert use(box, "edit_file", path="big.txt", old_text="zzz", new_text="x").endswith(
+        "read it with read_file to see its exact text"
+    )
+    missing = use(box, "edit_file", path="new.txt", old_text="", new_text="a")
+    assert missing == "error: new.txt does not exist; the working directory holds: big.txt, notes.md, notes.txt"
+    wrong = use(box, "read_file", path="test_verifiers/deep/test_calc.py")
+    assert wrong.endswith("does not exist; the working directory holds: big.txt, notes.md, notes.txt")
+    use(box, "write_file", path="src/a.py", content="")
+    assert use(box, "read_file", path="src/b.py").endswith("src/b.py does not exist; src/ holds: a.py")
+    assert (
+        use(box, "edit_file", path="notes.md", old_text="A color.", new_text="B", replace_all=True) == "edited notes.md"
+    )
+    assert "replace_all" in use(box, "edit_file", path="notes.md", old_text="B", new_text="C", replace_all="yes")
+
+
 @pytest.mark.parametrize("path", ["../outside.txt", "/etc/passwd", "deep/../../outside.txt", "/tmp"])
 def test_paths_outside_the_workdir_are_refused(box: Toolbox, path: str):
     for name, args in [

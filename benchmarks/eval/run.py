@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": args.model,
         "base_url": args.base_url,
         "runner": describe_checkout(Path(args.runner)),
+        "verify_overrides": args.verify,
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "attempt_counts": counts,
         "tasks": {},
@@ -82,6 +83,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-steps", type=int, default=10, help="limits.max_steps per attempt (default 10)")
     p.add_argument("--timeout", default="10m", help="limits.timeout per attempt (default 10m)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
+    p.add_argument(
+        "--verify",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="set a verify field in every task's goal, e.g. fresh_context=true (YAML value; repeatable)",
+    )
     p.add_argument("--list", action="store_true", help="list the tasks and exit")
     args = p.parse_args(argv)
     if not args.list and not (args.base_url and args.model):
@@ -95,6 +103,15 @@ def prepare(name: str, args: argparse.Namespace) -> Path:
     if folder.exists():
         shutil.rmtree(folder)
     shutil.copytree(TASKS / name, folder)
+    if args.verify:
+        import yaml
+
+        path = folder / "goals" / f"{name}.yaml"
+        goal = yaml.safe_load(path.read_text())
+        for setting in args.verify:
+            field, _, value = setting.partition("=")
+            goal.setdefault("verify", {})[field.strip()] = yaml.safe_load(value)
+        path.write_text(yaml.safe_dump(goal, sort_keys=False))
     model = {"name": args.model, "base_url": args.base_url, "api_key_env": args.api_key_env}
     model.update(temperature=args.temperature, request_timeout=600, max_retries=1)  # a slow local model is no fault
     config = {"model": model, "limits": {"max_steps": args.max_steps, "timeout": args.timeout}}

@@ -145,12 +145,20 @@ class Display:
 
     def _text_tool_call(self, data: dict[str, Any]) -> None:
         self.idle()
-        what = "run as calls" if data["executed"] else "not run (text_tool_calls: off)"
+        if data.get("unknown"):
+            what = "no such tool: told which tools there are"
+        else:
+            what = "run as calls" if data["executed"] else "not run (text_tool_calls: off)"
         names = escape(", ".join(data["names"]))
         self.console.print(f"  step {data['step']}  [yellow]tool call written as text ({names}): {what}[/]")
 
     def _feedback(self, data: dict[str, Any]) -> None:
-        shown = "\n".join(f"    {line}" for line in head_and_tail(data["text"], FEEDBACK_LINES).splitlines())
+        """What the checks said (head and tail) and what the attempt changed; the fixed words to the model
+        (act, the task again) are left out."""
+        said = head_and_tail(data.get("checks") or data["text"], FEEDBACK_LINES)
+        if data.get("did"):
+            said += "\n" + data["did"]
+        shown = "\n".join(f"    {line}" for line in said.splitlines())
         self.console.print(f"  [dim]feedback sent back to the model:\n{escape(shown)}[/]")
 
     def _outcome(self, data: dict[str, Any]) -> None:

@@ -10,11 +10,13 @@ size and first lines of each file its command names, or that the file does not e
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .. import prompts
 from ..work.tools.process import cap
+from .changes import Changes
 from .checks import CheckResult
 
 FEEDBACK_OUTPUT_CAP = 2_000
@@ -24,30 +26,80 @@ PREVIEW_LINES = 10
 PREVIEW_FILE_CAP = 600
 """Characters shown of each file a silent check names."""
 SEPARATORS = ("&&", "||", ";", "|", "!")
+TASK_CAP = 1_500
+"""Characters of the task repeated in the feedback (head and tail)."""
+LISTED = 10
+"""Files named in one sentence of the feedback; more are counted."""
 
 
 class Feedback:
-    """Writes the feedback of each failed attempt, remembering which checks failed the time before."""
+    """Writes the feedback of each failed attempt, remembering which checks failed the time before.
 
-    def __init__(self, workdir: Path | None = None) -> None:
+    Given the task and what the attempt changed in the workdir, it also says which files the attempt
+    changed, which files the failing checks read that it left alone (those the agent may write), and the
+    task again: a small model that drifted to the wrong file reads where the checks look.
+    """
+
+    def __init__(
+        self, workdir: Path | None = None, task: str | None = None, writable: Callable[[str], bool] | None = None
+    ) -> None:
         self.workdir = workdir
+        self.task = task
+        self.writable = writable or (lambda path: True)
+        """Whether the agent may write a path relative to the workdir (protected files are not pointed at)."""
         self.failed_before: set[str] | None = None
+        self.sections: dict[str, str] = {}
+        """The last feedback's parts a person reads at the terminal: what the checks said, what the attempt did."""
+        self.need = ""
+        """What the failing checks need, in a sentence or two, repeated in the nudge (empty when unknown)."""
+        self.left_alone: list[str] = []
+        """Writable files the failing checks read that the last attempt did not change."""
 
-    def after(self, attempt: int, results: list[CheckResult]) -> str:
+    def after(self, attempt: int, results: list[CheckResult], changes: Changes | None = None) -> str:
         failed = [r for r in results if not r.passed and not r.skipped]
         names = {r.name for r in failed}
-        changes = ""
+        fixed_new = ""
         if self.failed_before is not None:
             new, fixed = sorted(names - self.failed_before), sorted(self.failed_before - names)
-            changes = prompts.FEEDBACK_CHANGES.format(new=", ".join(new) or "none", fixed=", ".join(fixed) or "none")
+            fixed_new = prompts.FEEDBACK_CHANGES.format(new=", ".join(new) or "none", fixed=", ".join(fixed) or "none")
         self.failed_before = names
-        return prompts.FEEDBACK.format(
+        head = prompts.FEEDBACK.format(
             attempt=attempt,
             failed=len(failed),
             total=len(results),
-            changes=changes,
+            changes=fixed_new,
             checks=describe_failures(results, self.workdir),
         ).replace("\n\n\n", "\n\n")
+        task = prompts.TASK_AGAIN.format(task=cap(self.task.strip(), TASK_CAP)) if self.task else ""
+        did = self.what_it_did(failed, changes)
+        self.sections = {"checks": head, "did": did}
+        self.need = "".join(grep_meaning(r.command or "") for r in failed if r.kind == "run")
+        if self.left_alone:
+            self.need += " " + prompts.NOT_CHANGED.format(files=", ".join(self.left_alone[:LISTED]))
+        return "\n\n".join(part for part in (head, did, task, prompts.FEEDBACK_ACT) if part)
+
+    def what_it_did(self, failed: list[CheckResult], changes: Changes | None) -> str:
+        """The files the attempt changed, and the writable files the failing checks read that it left alone."""
+        self.left_alone = []
+        if changes is None or self.workdir is None:
+            return ""
+        if not changes:
+            said = prompts.ATTEMPT_CHANGED_NOTHING
+            if changes.rewritten:
+                said += " " + prompts.ATTEMPT_REWROTE.format(files=", ".join(changes.rewritten[:LISTED]))
+        else:
+            files = [*changes.created, *changes.changed, *changes.deleted]
+            shown = [f"{p} (new)" if p in changes.created else f"{p} (deleted)" if p in changes.deleted else p
+                     for p in files[:LISTED]]  # fmt: skip
+            more = f" and {len(files) - LISTED} more" if len(files) > LISTED else ""
+            said = prompts.ATTEMPT_CHANGED.format(files=", ".join(shown) + more)
+        read = [word for r in failed if r.kind == "run" for word in named_files(r.command or "", self.workdir)]
+        left = [w for w in dict.fromkeys(read) if w not in changes.touched and self.writable(w)]
+        left = [w for w in left if not (self.workdir / w).is_dir()]
+        self.left_alone = left
+        if left:
+            said += " " + prompts.NOT_CHANGED.format(files=", ".join(left[:LISTED]))
+        return said
 
 
 def describe_failures(results: list[CheckResult], workdir: Path | None = None) -> str:
@@ -63,12 +115,50 @@ def describe_failures(results: list[CheckResult], workdir: Path | None = None) -
         elif r.output.strip() or r.reason:
             status, output = r.reason or f"exit code {r.exit_code}", cap(r.output, FEEDBACK_OUTPUT_CAP)
         else:
-            status = prompts.SILENT_CHECK.format(exit_code=r.exit_code)
+            status = prompts.SILENT_CHECK.format(exit_code=r.exit_code, meaning=grep_meaning(r.command or ""))
             output = previews(r.command or "", workdir) if workdir is not None else ""
         parts.append(
             prompts.FAILED_CHECK.format(name=r.name, command=r.command or r.kind, status=status, output=output).rstrip()
         )
     return "\n\n".join(parts)
+
+
+def grep_meaning(command: str) -> str:
+    """What a plain `grep -q PATTERN FILE...` check asks for, in words; "" for any other command.
+
+    Only the options that keep the meaning simple are understood (-q -s -x -w -F -E -G -i and -e);
+    anything else (-v, -c, -r, a pipe, a second command) is left unexplained.
+    """
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return ""
+    if len(words) < 3 or words[0] != "grep" or any(w in SEPARATORS for w in words):
+        return ""
+    flags, pattern, files, rest = set(), None, [], iter(words[1:])
+    for word in rest:
+        if word == "-e" and pattern is None:
+            pattern = next(rest, None)
+        elif word.startswith("--") or (word.startswith("-") and len(word) > 1):
+            if word.startswith("--") or set(word[1:]) - set("qsxwFEGi"):
+                return ""
+            flags |= set(word[1:])
+        elif pattern is None:
+            pattern = word
+        else:
+            files.append(word)
+    if "q" not in flags or pattern is None or not files or "\n" in pattern:
+        return ""
+    how = "that is exactly" if "x" in flags else "with the word" if "w" in flags else "containing"
+    special = set("[]*^$\\") | (set("+?(){}|") if "E" in flags else set())  # a dot is read as itself
+    if "F" not in flags and special & set(pattern):
+        how = "wholly matching the regular expression" if "x" in flags else "matching the regular expression"
+    return prompts.GREP_MEANING.format(
+        files=files[0] if len(files) == 1 else "one of " + ", ".join(files),
+        how=how,
+        pattern=pattern,
+        case=" (ignoring case)" if "i" in flags else "",
+    )
 
 
 def previews(command: str, workdir: Path) -> str:

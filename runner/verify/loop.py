@@ -23,9 +23,11 @@ from ..vocabulary import Event, Outcome
 from ..work import Model, Observer, Toolbox, WorkLoop, WorkResult, ignore
 from ..work.cost import Pricer
 from ..work.loop import READ_ONLY
+from ..work.tools.paths import PathGuard
 from ..work.tools.process import run_env, run_process, scrub_env, spawned
 from ..work.tools.sandbox import contained, kill_leftovers, sandbox_status
 from .approval import StoreApprover
+from .changes import Changes, listing
 from .checks import Approver, CheckContext, CheckResult, run_checks
 from .feedback import Feedback, describe_failures, signature
 from .resume import Resume
@@ -151,13 +153,25 @@ def _some(paths: list[str], shown: int = 10) -> str:
     return ", ".join(paths[:shown]) + more
 
 
+def _writable(goal: Goal) -> Any:
+    """Whether the agent may write a path given relative to the goal's workdir, as the tools decide it for
+    this run (check inputs are the files that exist now)."""
+    guard = PathGuard.for_goal(goal)
+
+    def writable(path: str) -> bool:
+        rel = guard.relative((goal.workpath / path).resolve())
+        return rel is None or not guard.protected(rel)
+
+    return writable
+
+
 class Verifier:
     def __init__(self, goal: Goal, store: Store, result: RunResult, record: Observer, approver: Approver | None):
         self.goal, self.store, self.result, self.record, self.approver = goal, store, result, record, approver
         self.started = time.monotonic()
         self.model: Model | None = None
         self.judge: Model | None = None
-        self.feedback = Feedback(goal.workpath)
+        self.feedback = Feedback(goal.workpath, goal.prompt)
         self.work: WorkLoop | None = None
         self.pricer: Pricer | None = None
         self.entry_id: str | None = None
@@ -201,6 +215,8 @@ class Verifier:
         messages = self._resumed() if self.resume is not None else self._conversation(first_feedback)
         first = self.resume.first_attempt if self.resume is not None else 1
         last = first + verify.max_attempts - 1
+        if verify.checks and last > first:
+            self.feedback.writable = _writable(goal)  # the files the feedback may point the agent at
         failing: list[tuple[Any, ...]] = []
         snapshot: Snapshot | None = None
         for attempt in range(first, last + 1):
@@ -209,10 +225,14 @@ class Verifier:
             assert self.model is not None
             after_feedback = attempt > first or first_feedback is not None
             acting = ", ".join(name for name in toolbox.tools if name not in READ_ONLY) or ", ".join(toolbox.tools)
-            nudge = prompts.NUDGE.format(tools=acting) if verify.nudge and after_feedback else None
+            need = self.feedback.need if attempt > first else ""
+            nudge = prompts.NUDGE.format(tools=acting, need=need) if verify.nudge and after_feedback else None
             self.work = WorkLoop(self.model, toolbox, goal.limits, self.record, self.pricer, nudge=nudge)
+            before = listing(goal.workpath) if verify.checks and attempt < last else None  # for the feedback
             async with contained(self.result.run_id):  # every process the attempt started is gone before the checks
                 work = await self.work.run(messages)
+            after = listing(goal.workpath) if before is not None else None
+            changes = Changes.between(before, after) if before is not None and after is not None else None
             self._end_attempt(attempt, work)
             if tampered := self._tampered(snapshot, "the attempt"):
                 return tampered
@@ -234,7 +254,7 @@ class Verifier:
                 return self._finish(
                     "stuck", error=f"the same checks failed the same way {verify.stuck_after} attempts in a row"
                 )
-            messages = await self._retry(attempt, results, messages)
+            messages = await self._retry(attempt, results, messages, changes)
             if verify.before_retry:
                 snapshot = None  # the user's reset command may change protected files; fingerprint anew
         return self._finish("not_achieved")
@@ -252,11 +272,11 @@ class Verifier:
         self.record(Event.CLAIM_WAIT, {"runs": runs})
 
     async def _retry(
-        self, attempt: int, results: list[CheckResult], messages: list[dict[str, Any]]
+        self, attempt: int, results: list[CheckResult], messages: list[dict[str, Any]], changes: Changes | None
     ) -> list[dict[str, Any]]:
         """Feedback for the next attempt: appended to the conversation, or a fresh one holding it."""
-        feedback = self.feedback.after(attempt, results)
-        self.record(Event.FEEDBACK, {"attempt": attempt, "text": feedback})
+        feedback = self.feedback.after(attempt, results, changes)
+        self.record(Event.FEEDBACK, {"attempt": attempt, "text": feedback, **self.feedback.sections})
         await self._before_retry()
         if self.goal.verify.fresh_context:
             return self._conversation(feedback)
@@ -391,4 +411,3 @@ class Verifier:
             goal.name, outcome, result.run_id, self.entry_id, failing, result.error, result.cost_usd
         )
         notify.announce(message, self.targets, goal.root, record)
-

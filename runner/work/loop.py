@@ -4,7 +4,8 @@
 
 Two things keep a weak model's turn from being wasted. A reply that writes its tool calls as text
 (`textcalls`) is run as those calls, its message rewritten into a proper tool call so the provider
-sees a valid history (`model.text_tool_calls: auto`), or answered that nothing was executed (`off`).
+sees a valid history (`model.text_tool_calls: auto`), or answered that nothing was executed (`off`);
+a call of a tool that does not exist is answered once with the tools there are.
 And a loop given a `nudge` (the verify loop gives one after feedback) answers it once, when the
 model ends its turn without having changed anything (no tool called, or only tools that read),
 instead of ending the attempt.
@@ -28,7 +29,7 @@ from ..errors import ProviderError
 from ..vocabulary import FORCED, Event, StopReason
 from .cost import Pricer
 from .model import Model, Reply
-from .textcalls import find_calls
+from .textcalls import find_calls, unknown_calls
 from .tools import Toolbox, describe_call
 
 READ_ONLY = ("read_file", "list_files", "search_files")
@@ -76,6 +77,7 @@ class WorkLoop:
     _acted: bool = field(default=False, init=False, repr=False)
     _gave_nudge: bool = field(default=False, init=False, repr=False)
     _force_tool: bool = field(default=False, init=False, repr=False)
+    _told_invented: bool = field(default=False, init=False, repr=False)
 
     async def run(self, messages: list[dict[str, Any]]) -> WorkResult:
         result = self.result = WorkResult("completed", messages)
@@ -139,9 +141,9 @@ class WorkLoop:
         if reply.tool_calls or reply.finish_reason == "length":
             return None
         content = reply.message.get("content")
-        calls = find_calls(content, self.toolbox.tools)
+        calls = find_calls(content, self.toolbox.parameters)
         if not calls:
-            return None
+            return self._invented(step, content)
         run = self.model.config.text_tool_calls == "auto"
         names = [call.name for call in calls]
         self.observe(Event.TEXT_TOOL_CALL, {"step": step, "names": names, "content": content, "executed": run})
@@ -160,6 +162,18 @@ class WorkLoop:
             ],
         }
         return None
+
+    def _invented(self, step: int, content: str | None) -> str | None:
+        """A call of a tool that does not exist, written as text: told so once an attempt, and the next turn
+        asked for a real call; None when the reply holds none (or the model was told already)."""
+        names = [] if self._told_invented else unknown_calls(content, self.toolbox.tools)
+        if not names:
+            return None
+        self._told_invented = self._force_tool = True
+        self.observe(
+            Event.TEXT_TOOL_CALL, {"step": step, "names": names, "content": content, "executed": False, "unknown": True}
+        )
+        return prompts.UNKNOWN_TOOL.format(names=", ".join(names), tools=", ".join(self.toolbox.tools))
 
     def _nudged(self, step: int, messages: list[dict[str, Any]]) -> bool:
         """Answer a turn that changed nothing once with the nudge; False when there is none to give."""

@@ -4,7 +4,10 @@ Small open models (and sometimes strong ones) put a call in their message conten
 block, a fenced ```json block, or a bare object, often with single quotes, Python's True/None or a
 trailing comma that a JSON parser refuses. `find_calls` recognises what is plainly a call of one of
 the goal's tools: an object with a known `name` and an `arguments` (or `parameters`) object, or a
-list of such objects. Anything else, an unknown tool name above all, is not a call.
+list of such objects, or (given the tools' parameter names) a tagged or fenced block of nothing but
+Python-style calls, `write_file("total.txt", "41")`. Anything else, an unknown tool name above all, is
+not a call; `unknown_calls`
+names the invented tools of such a reply, so the model can be told they do not exist.
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ import io
 import json
 import re
 import tokenize
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 _TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+_CALL_TAGS = re.compile(r"<(tool_call|tool_response|tool_code|function_call)>\s*(.*?)\s*(?:</\1>|$)", re.S)
+"""Tags small models put around calls written as code."""
 _FENCED = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n(.*?)(?:\n```|$)", re.S)
 _OPENING = re.compile(r"[\[{](?=\s*[\"'{])")
 """Where a bare object (or list of objects) may start: a bracket before a quoted key or an object."""
@@ -40,14 +45,74 @@ class TextCall:
 
 
 def find_calls(content: str | None, names: Collection[str]) -> list[TextCall]:
-    """The tool calls written in `content`, if it holds any call of a tool in `names`; else []."""
+    """The tool calls written in `content`, if it holds any call of a tool in `names`; else [].
+
+    `names` may map each tool to its parameter names in order: then a block (tagged or fenced) that is
+    nothing but Python-style calls, `write_file("total.txt", "41")`, is read as calls too.
+    """
     if not content or len(content) > MAX_CONTENT or not any(name in content for name in names):
         return []
     for candidate in _candidates(content):
         calls = _as_calls(_loads(candidate), names)
         if calls:
             return calls
+    if isinstance(names, Mapping):
+        blocks = [body for _tag, body in _CALL_TAGS.findall(content)] + _FENCED.findall(content) + [content]
+        for block in blocks:
+            calls = _python_calls(block, names)
+            if calls:
+                return calls
     return []
+
+
+def _python_calls(block: str, parameters: Mapping[str, Any]) -> list[TextCall]:
+    """`name(arg, key=arg)` lines of known tools with literal arguments; [] unless the block is only that."""
+    try:
+        tree = ast.parse(block.strip(), mode="exec")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
+    calls: list[TextCall] = []
+    for statement in tree.body:
+        node = statement.value if isinstance(statement, ast.Expr) else None
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in parameters):
+            return []
+        order = list(parameters[node.func.id] or [])
+        if len(node.args) > len(order) or any(k.arg is None for k in node.keywords):
+            return []
+        try:
+            arguments = {order[i]: ast.literal_eval(a) for i, a in enumerate(node.args)}
+            arguments.update({str(k.arg): ast.literal_eval(k.value) for k in node.keywords})
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return []
+        calls.append(TextCall(node.func.id, json.dumps(arguments, ensure_ascii=False)))
+    return calls
+
+
+def unknown_calls(content: str | None, names: Collection[str]) -> list[str]:
+    """The tool names of what is plainly a call written as text (`name` and an `arguments` object) of a tool
+    that is not in `names`: a model that invented a tool. [] when there is none."""
+    if not content or len(content) > MAX_CONTENT or '"name"' not in content.replace("'", '"'):
+        return []
+    for candidate in _candidates(content):
+        value = _loads(candidate)
+        items = value if isinstance(value, list) else [value]
+        invented = [name for item in items if (name := _called_name(item)) is not None and name not in names]
+        if invented:
+            return list(dict.fromkeys(invented))
+    return []
+
+
+def _called_name(item: Any) -> str | None:
+    if not isinstance(item, dict):
+        return None
+    if isinstance(item.get("function"), dict) and "name" not in item:
+        item = item["function"]
+    name, arguments = item.get("name"), item.get("arguments", item.get("parameters"))
+    if isinstance(arguments, str):
+        arguments = _loads(arguments)
+    if not isinstance(name, str) or not name.strip() or len(name) > 100 or not isinstance(arguments, dict):
+        return None
+    return name
 
 
 def _candidates(content: str) -> Iterator[str]:

@@ -59,6 +59,8 @@ class Toolbox:
     def __init__(self, tools: list[Tool]) -> None:
         self.tools = {t.name: t for t in tools}
         self.schemas = [t.schema for t in tools]
+        self.parameters = {t.name: list((t.parameters.get("properties") or {}).keys()) for t in tools}
+        """Each tool's parameter names in the order its schema lists them."""
 
     @classmethod
     def for_goal(cls, goal: Goal, env: dict[str, str] | None = None) -> Toolbox:
@@ -151,9 +153,7 @@ async def _run_shell(
     return result.describe(timeout)
 
 
-async def _run_command(
-    entry: ToolEntry, box: PathGuard, environ: dict[str, str], jail: Jail, **arguments: Any
-) -> str:
+async def _run_command(entry: ToolEntry, box: PathGuard, environ: dict[str, str], jail: Jail, **arguments: Any) -> str:
     payload = json.dumps(arguments).encode()
     result = await run_process(
         entry.run or "", cwd=box.workdir, env=environ, timeout=entry.timeout, stdin=payload, jail=jail.prefix

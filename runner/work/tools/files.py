@@ -53,8 +53,13 @@ SCHEMAS = {
         ["path", "content"],
     ),
     "edit_file": (
-        "Replace the one exact occurrence of old_text in a file with new_text.",
-        {"path": {"type": "string"}, "old_text": {"type": "string"}, "new_text": {"type": "string"}},
+        "Replace the one exact occurrence of old_text in a file with new_text (every occurrence with replace_all).",
+        {
+            "path": {"type": "string"},
+            "old_text": {"type": "string"},
+            "new_text": {"type": "string"},
+            "replace_all": {"type": "boolean", "description": "replace every occurrence (default: false)"},
+        },
         ["path", "old_text", "new_text"],
     ),
     "list_files": (
@@ -86,7 +91,7 @@ async def off_loop(tool: Callable[..., Any], box: PathGuard, **arguments: Any) -
 
 def read_file(box: PathGuard, path: str, offset: int = 1, limit: int = READ_LINES) -> str:
     full = box.resolve(path)
-    text = _read_text(full, path)
+    text = _read_text(full, path, box)
     lines = text.splitlines(keepends=True)
     if offset > max(len(lines), 1):
         raise ToolError(f"{path} has {len(lines)} lines; offset {offset} is past the end")
@@ -108,17 +113,57 @@ def write_file(box: PathGuard, path: str, content: str) -> str:
     return f"wrote {len(content.encode())} bytes to {box.show(full)}"
 
 
-def edit_file(box: PathGuard, path: str, old_text: str, new_text: str) -> str:
+def edit_file(box: PathGuard, path: str, old_text: str, new_text: str, replace_all: bool = False) -> str:
+    """The one occurrence of old_text replaced (every one with replace_all). The errors say what to do next:
+    a missing file names what is there; text not found shows the file (when short) as it really is."""
     full = box.resolve(path, write=True)
-    text = _read_text(full, path)
+    text = _read_text(full, path, box)
     if not old_text:
         raise ToolError("old_text is empty: give the exact text to replace")
     count = text.count(old_text)
-    if count != 1:
-        where = "not found" if count == 0 else f"found {count} times; include more context to make it unique"
-        raise ToolError(f"old_text {where} in {path}")
-    full.write_text(text.replace(old_text, new_text, 1), encoding="utf-8")
-    return f"edited {box.show(full)}"
+    if count == 0:
+        raise ToolError(f"old_text not found in {path}{_as_it_is(text)}")
+    if count > 1 and not replace_all:
+        raise ToolError(
+            f"old_text found {count} times in {path}; include more context to make it unique,"
+            " or set replace_all to true to replace every occurrence"
+        )
+    full.write_text(text.replace(old_text, new_text, -1 if replace_all else 1), encoding="utf-8")
+    return f"edited {box.show(full)}" + (f" ({count} replacements)" if count > 1 else "")
+
+
+LISTED_ON_MISS = 20
+"""Entries named when a path does not exist: what the nearest existing folder holds."""
+
+
+def _what_is_there(full: Path, box: PathGuard | None) -> str:
+    """`; FOLDER holds: a, b/, c` for the nearest existing folder above a missing path (inside the workdir)."""
+    if box is None:
+        return ""
+    folder = full.parent
+    while not folder.is_dir() and folder != box.workdir and folder.is_relative_to(box.workdir):
+        folder = folder.parent
+    if not folder.is_dir() or not folder.is_relative_to(box.workdir):
+        return ""
+    try:
+        entries = sorted(e.name + ("/" if e.is_dir() else "") for e in folder.iterdir() if e.name not in SKIPPED_DIRS)
+    except OSError:
+        return ""
+    shown = ", ".join(entries[:LISTED_ON_MISS]) + (
+        f" and {len(entries) - LISTED_ON_MISS} more" if len(entries) > LISTED_ON_MISS else ""
+    )
+    where = "the working directory" if folder == box.workdir else box.show(folder) + "/"
+    return f"; {where} holds: {shown or 'nothing'}"
+
+
+SHOWN_ON_MISS = 1_500
+"""A file of at most this many characters is shown whole when old_text is not found in it."""
+
+
+def _as_it_is(text: str) -> str:
+    if len(text) > SHOWN_ON_MISS:
+        return "; read it with read_file to see its exact text"
+    return f"; the file holds exactly:\n```\n{text.rstrip(chr(10))}\n```" if text.strip() else "; the file is empty"
 
 
 def list_files(box: PathGuard, path: str = ".", pattern: str | None = None) -> str:
@@ -197,12 +242,12 @@ def _search_files(box: PathGuard, path: str, glob: str | None) -> tuple[list[tup
     return chosen, skipped
 
 
-def _read_text(full: Path, path: str) -> str:
+def _read_text(full: Path, path: str, box: PathGuard | None = None) -> str:
     """A regular file's text, its size checked before reading; opened without blocking (a FIFO swapped in)."""
     try:
         fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except FileNotFoundError:
-        raise ToolError(f"{path} does not exist") from None
+        raise ToolError(f"{path} does not exist{_what_is_there(full, box)}") from None
     except IsADirectoryError:
         raise ToolError(f"{path} is a folder; use list_files") from None
     with os.fdopen(fd, "rb") as file:
