@@ -20,7 +20,7 @@ from cluster_helpers import ClusterProcess, fresh_database, server_url, use_stor
 from daemon_helpers import monitor, schedule
 from support import call
 
-from runner.schedule.cluster import INTERRUPTED_WITHIN
+from runner.schedule.cluster import INTERRUPTED_WITHIN, SPREAD, phase
 
 pytestmark = pytest.mark.timeout(600)  # several daemon processes each start in a few seconds, in minutes under load
 
@@ -285,3 +285,15 @@ def test_kill_9_of_a_worker_interrupts_its_run_retries_once_and_reaps_its_proces
     again = cluster("worker")  # a worker starting on this machine kills what the dead run left
     again.wait_for("the orphan killed", lambda: "sleep 31.5" not in os.popen("ps -eo args").read(), timeout=10)
     assert again.stop() == 0 and survivor.stop() == 0
+
+
+def test_every_entries_fire_at_a_phase_of_their_own_the_same_on_every_daemon():
+    """A hundred entries of one interval spread over it (at most SPREAD seconds), each at a fixed place."""
+    from runner.config import Entry
+
+    seconds = [phase(Entry(id=f"s.yaml#{i}", goal="g", every=1)) for i in range(100)]
+    assert all(0 <= s < 1 for s in seconds) and len(set(seconds)) > 90
+    assert sum(s < 0.5 for s in seconds) in range(35, 66)  # spread, not bunched
+    assert phase(Entry(id="s.yaml#7", goal="g", every=1)) == seconds[7]  # the same wherever it is computed
+    hourly = [phase(Entry(id=f"h#{i}", goal="g", every=3600)) for i in range(50)]
+    assert max(hourly) < SPREAD and max(hourly) > SPREAD / 2

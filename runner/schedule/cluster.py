@@ -22,7 +22,7 @@ import logging
 import os
 import signal
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,10 @@ from .triggers import time_trigger
 log = logging.getLogger("runner.daemon")
 TASK = "runner.run"
 ANCHOR = datetime(2000, 1, 1, tzinfo=timezone.utc)
-"""`every` entries fire at ANCHOR + k * every on every daemon."""
+"""`every` entries fire at ANCHOR + phase + k * every on every daemon."""
+SPREAD = 60.0
+"""An `every` entry's phase: a fixed fraction (from its id) of its interval, at most this many seconds, so that
+a hundred entries of one interval do not all fire in the same instant and queue behind each other."""
 HEARTBEAT = 2.0
 """Seconds between a worker's heartbeats."""
 STALLED_AFTER = 10.0
@@ -166,7 +169,8 @@ class Cluster(Daemon):
         if entry.every is not None:
             from apscheduler.triggers.interval import IntervalTrigger
 
-            return IntervalTrigger(seconds=entry.every, start_date=ANCHOR, end_date=entry.until, timezone=timezone.utc)
+            start = ANCHOR + timedelta(seconds=phase(entry))
+            return IntervalTrigger(seconds=entry.every, start_date=start, end_date=entry.until, timezone=timezone.utc)
         return time_trigger(entry)
 
     def claim(self, entry: Entry, fire: datetime) -> bool:
@@ -344,6 +348,12 @@ class Cluster(Daemon):
                 await self.app.job_manager.finish_job_by_id_async(
                     job.id, status=procrastinate.jobs.Status.FAILED, delete_job=False
                 )
+
+
+def phase(entry: Entry) -> float:
+    """Where in its interval an `every` entry fires: the same on every daemon (from the entry's id)."""
+    fraction = int(hashlib.sha256(entry.id.encode()).hexdigest()[:12], 16) / 16**12
+    return round(fraction * min(float(entry.every or 0), SPREAD), 3)
 
 
 def _reason(task: asyncio.Task[Any]) -> str:
