@@ -153,6 +153,8 @@ def test_cron_and_every_for_a_minute_with_three_daemons_without_a_duplicate(proj
     daemons = [cluster("daemon") for _ in range(3)]
     store = daemons[0].store()
     daemons[0].wait_for("a cron run", lambda: store.runs("minutely"), timeout=75)
+    # the minute may turn a few seconds after the daemons start: wait for ten `every` fires as well
+    daemons[0].wait_for("ten every fires", lambda: len(store.runs("second")) >= 11, timeout=60)
     time.sleep(1.5)
     for daemon in daemons:
         assert daemon.stop() == 0
