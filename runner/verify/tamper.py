@@ -340,7 +340,7 @@ def _try_claim(folder: Path, claim: Claim) -> tuple[list[str], int | None]:
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".mutex", "a") as mutex:
         fcntl.flock(mutex, fcntl.LOCK_EX)
-        clashing = [other.run_id for other in _live_claims(folder, claim.run_id) if claim.clashes(other)]
+        clashing = [other.run_id for other in _live_claims(folder, claim)]
         if clashing:
             return clashing, None
         fd = os.open(folder / f"{claim.run_id}.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -349,18 +349,34 @@ def _try_claim(folder: Path, claim: Claim) -> tuple[list[str], int | None]:
         return [], fd
 
 
-def _live_claims(folder: Path, own: str) -> list[Claim]:
-    claims = []
-    for path in folder.glob("*.json"):
-        if path.stem == own:
-            continue
-        data = _held(path)
-        if data is not None:
-            try:
-                claims.append(Claim(**data))
-            except TypeError:
+_read: dict[str, Claim | None] = {}
+"""Claim files already read by this process, by path: a claim file is written once, under a name no other
+run has, so it is read once however many runs of a busy daemon look at it."""
+
+
+def _live_claims(folder: Path, claim: Claim) -> list[Claim]:
+    """The claims of live runs that clash with `claim`. Whether a run is alive is asked only of those that
+    clash (a flock each): with hundreds of runs at once, most claims never need it."""
+    found = []
+    names = [name for name in os.listdir(folder) if name.endswith(".json") and name != f"{claim.run_id}.json"]
+    for name in names:
+        path = os.path.join(folder, name)
+        if path not in _read:
+            data = _held(Path(path))
+            if data is None:
                 continue
-    return claims
+            try:
+                _read[path] = Claim(**data)
+            except TypeError:
+                _read[path] = None
+        other = _read[path]
+        if other is not None and claim.clashes(other) and _held(Path(path)) is not None:
+            found.append(other)
+    if len(_read) > 4 * len(names) + 1000:  # forget claims whose files are gone
+        listed = {os.path.join(folder, name) for name in names}
+        for path in [p for p in _read if p.startswith(str(folder)) and p not in listed]:
+            del _read[path]
+    return found
 
 
 def _held(path: Path) -> dict[str, Any] | None:
