@@ -157,8 +157,8 @@ class Display:
         (act, the task again) are left out."""
         said = head_and_tail(data.get("checks") or data["text"], FEEDBACK_LINES)
         if data.get("did"):
-            said += "\n" + data["did"]
-        shown = "\n".join(f"    {line}" for line in said.splitlines())
+            said += "\n\n" + data["did"]
+        shown = "\n".join(f"    {line}" if line.strip() else "" for line in said.splitlines())
         self.console.print(f"  [dim]feedback sent back to the model:\n{escape(shown)}[/]")
 
     def _outcome(self, data: dict[str, Any]) -> None:
