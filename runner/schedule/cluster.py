@@ -392,9 +392,8 @@ async def migrate(store: PostgresStore) -> list[str]:
         if not await app.check_connection_async():
             await app.schema_manager.apply_schema_async()
             done.append(f"Procrastinate schema {procrastinate_module().__version__}")
-    return done + [
-        f"runner schema version {v}" for v in store.migrate()
-    ]  # runner's triggers need Procrastinate's tables
+    # runner's schema after Procrastinate's: its trigger is on Procrastinate's jobs table
+    return done + [f"runner schema version {v}" for v in store.migrate()]
 
 
 async def status(store: PostgresStore) -> dict[str, Any]:

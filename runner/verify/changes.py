@@ -16,11 +16,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..work.tools.files import SKIPPED_DIRS
+
 SKIPPED = frozenset(
-    {".runner", ".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox", ".nox",
-     ".pytest_cache", ".mypy_cache", ".ruff_cache", ".cache"}
-)  # fmt: skip
-"""Folders never listed: runner's own state, version control, caches and environments."""
+    {*SKIPPED_DIRS, ".hg", ".svn", "venv", ".tox", ".nox", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".cache"}
+)
+"""Folders never listed: those the file tools skip (runner's state, .git, caches, .venv), and more tooling."""
 MAX_FILES = 20_000
 """A workdir with more files is not listed (the feedback then says nothing of changes)."""
 

@@ -52,8 +52,6 @@ class Feedback:
         """The last feedback's parts a person reads at the terminal: what the checks said, what the attempt did."""
         self.need = ""
         """What the failing checks need, in a sentence or two, repeated in the nudge (empty when unknown)."""
-        self.left_alone: list[str] = []
-        """Writable files the failing checks read that the last attempt did not change."""
 
     def after(self, attempt: int, results: list[CheckResult], changes: Changes | None = None) -> str:
         failed = [r for r in results if not r.passed and not r.skipped]
@@ -71,35 +69,38 @@ class Feedback:
             checks=describe_failures(results, self.workdir),
         ).replace("\n\n\n", "\n\n")
         task = prompts.TASK_AGAIN.format(task=cap(self.task.strip(), TASK_CAP)) if self.task else ""
-        did = self.what_it_did(failed, changes)
+        left = self.left_alone(failed, changes)
+        not_changed = prompts.NOT_CHANGED.format(files=", ".join(left[:LISTED])) if left else ""
+        did = " ".join(part for part in (self.what_it_did(changes), not_changed) if part)
         self.sections = {"checks": head, "did": did}
-        self.need = "".join(grep_meaning(r.command or "") for r in failed if r.kind == "run")
-        if self.left_alone:
-            self.need += " " + prompts.NOT_CHANGED.format(files=", ".join(self.left_alone[:LISTED]))
+        meanings = "".join(grep_meaning(r.command or "") for r in failed if r.kind == "run")  # each " It passes..."
+        self.need = meanings + (" " + not_changed if not_changed else "")
         return "\n\n".join(part for part in (head, did, task, prompts.FEEDBACK_ACT) if part)
 
-    def what_it_did(self, failed: list[CheckResult], changes: Changes | None) -> str:
-        """The files the attempt changed, and the writable files the failing checks read that it left alone."""
-        self.left_alone = []
+    def what_it_did(self, changes: Changes | None) -> str:
+        """The files the attempt changed (or that it changed none, and what it wrote again unchanged)."""
         if changes is None or self.workdir is None:
             return ""
         if not changes:
             said = prompts.ATTEMPT_CHANGED_NOTHING
             if changes.rewritten:
                 said += " " + prompts.ATTEMPT_REWROTE.format(files=", ".join(changes.rewritten[:LISTED]))
-        else:
-            files = [*changes.created, *changes.changed, *changes.deleted]
-            shown = [f"{p} (new)" if p in changes.created else f"{p} (deleted)" if p in changes.deleted else p
-                     for p in files[:LISTED]]  # fmt: skip
-            more = f" and {len(files) - LISTED} more" if len(files) > LISTED else ""
-            said = prompts.ATTEMPT_CHANGED.format(files=", ".join(shown) + more)
-        read = [word for r in failed if r.kind == "run" for word in named_files(r.command or "", self.workdir)]
-        left = [w for w in dict.fromkeys(read) if w not in changes.touched and self.writable(w)]
-        left = [w for w in left if not (self.workdir / w).is_dir()]
-        self.left_alone = left
-        if left:
-            said += " " + prompts.NOT_CHANGED.format(files=", ".join(left[:LISTED]))
-        return said
+            return said
+        files = [*changes.created, *changes.changed, *changes.deleted]
+        shown = [f"{p} (new)" if p in changes.created else f"{p} (deleted)" if p in changes.deleted else p
+                 for p in files[:LISTED]]  # fmt: skip
+        more = f" and {len(files) - LISTED} more" if len(files) > LISTED else ""
+        return prompts.ATTEMPT_CHANGED.format(files=", ".join(shown) + more)
+
+    def left_alone(self, failed: list[CheckResult], changes: Changes | None) -> list[str]:
+        """The files (not folders) the failing checks read that the agent may write and the attempt did not
+        change; [] when what the attempt changed is not known."""
+        if changes is None or self.workdir is None:
+            return []
+        read = dict.fromkeys(
+            word for r in failed if r.kind == "run" for word in named_files(r.command or "", self.workdir)
+        )
+        return [w for w in read if w not in changes.touched and self.writable(w) and not (self.workdir / w).is_dir()]
 
 
 def describe_failures(results: list[CheckResult], workdir: Path | None = None) -> str:

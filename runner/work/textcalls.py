@@ -6,8 +6,8 @@ trailing comma that a JSON parser refuses. `find_calls` recognises what is plain
 the goal's tools: an object with a known `name` and an `arguments` (or `parameters`) object, or a
 list of such objects, or (given the tools' parameter names) a tagged or fenced block of nothing but
 Python-style calls, `write_file("total.txt", "41")`. Anything else, an unknown tool name above all, is
-not a call; `unknown_calls`
-names the invented tools of such a reply, so the model can be told they do not exist.
+not a call; `unknown_calls` names the invented tools of such a reply, so the model can be told they do
+not exist.
 """
 
 from __future__ import annotations
