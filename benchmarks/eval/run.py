@@ -94,6 +94,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not args.list and not (args.base_url and args.model):
         p.error("--base-url and --model are required")
+    for setting in args.verify:
+        field, equals, _ = setting.partition("=")
+        if not equals or not field.strip().isidentifier():
+            p.error(f"--verify {setting!r}: expected FIELD=VALUE, e.g. fresh_context=true")
     return args
 
 
