@@ -242,7 +242,7 @@ def test_sigterm_drains_then_cancels(proj, db, cluster):
 
 
 def test_a_worker_with_a_different_goal_file_ends_the_run_error(proj, db, cluster, tmp_path_factory):
-    monitor(proj, "hog", check="sleep 3")
+    monitor(proj, "hog", check="while [ ! -e released ]; do sleep 0.1; done")  # holds the slot until released
     monitor(proj, "edited")
     use_store(proj, db, poll_interval=0.1, max_concurrent_runs=1)
     other = tmp_path_factory.mktemp("other-machine")
@@ -257,6 +257,7 @@ def test_a_worker_with_a_different_goal_file_ends_the_run_error(proj, db, cluste
     run = daemon.wait_for("the refused run", lambda: [r for r in store.runs("edited") if r["ended"]])[0]
     assert run["outcome"] == "error"
     assert "goals/edited.yaml" in run["error"] and "differs from the copy the scheduler read" in run["error"]
+    (proj.root / "released").touch()
     assert worker.stop() == 0 and daemon.stop() == 0
 
 

@@ -162,6 +162,33 @@ def test_file_change_triggers_once_per_debounce_window(proj, daemons):
     daemon.stop()
 
 
+def test_watch_and_webhook_entries_added_by_a_reload_start_their_listeners(proj, daemons):
+    """Nothing watches the project or listens for webhooks until an entry needs it, and a reload that adds
+    the first such entry starts it (a daemon is left alone for a month; its schedules change under it)."""
+    monitor(proj, "docs")
+    monitor(proj, "triage")
+    (proj.root / "docs").mkdir()
+    proj.write("runner.yaml", proj.root.joinpath("runner.yaml").read_text() + "  webhook: {port: 0}\n")
+    schedule(proj, {"goal": "docs", "every": "1h"})
+    daemon = daemons(proj)
+    (proj.root / "docs" / "early.md").write_text("before any watch entry")
+    time.sleep(1)
+    assert daemon.runs() == [] and "webhooks listen" not in daemon.log
+    schedule(
+        proj,
+        {"goal": "docs", "watch": ["docs/*.md"], "debounce": "0.2s", "checks_first": True},
+        {"goal": "triage", "webhook": "triage", "secret": "s3cret", "checks_first": True},
+    )
+    daemon.wait_log("webhooks listen on http://127.0.0.1:")
+    (proj.root / "docs" / "page.md").write_text("after the reload")
+    daemon.wait_runs(1, "satisfied")
+    port = int((proj.root / ".runner" / "webhook.port").read_text())
+    assert post(port, b"{}", "sha256=" + hmac.new(b"s3cret", b"{}", hashlib.sha256).hexdigest()) == 202
+    daemon.wait_runs(2, "satisfied")
+    daemon.stop()
+    assert sorted((r["goal"], r["trigger"]) for r in daemon.runs()) == [("docs", "watch"), ("triage", "webhook")]
+
+
 def test_webhook_signatures_and_body_limit(proj, daemons):
     monitor(proj, "triage")
     proj.write("runner.yaml", proj.root.joinpath("runner.yaml").read_text() + "  webhook: {port: 0, max_body: 1000}\n")

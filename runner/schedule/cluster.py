@@ -32,6 +32,7 @@ from ..errors import DaemonError
 from ..store import now
 from ..store.postgres import HOST, INSTALL_HINT, JOB, PostgresStore, redact
 from ..verify import settle_interrupted
+from ..work import warm_up
 from . import unattended
 from .daemon import NOTIFY_GRACE, Daemon, log_loop_error
 from .triggers import time_trigger
@@ -101,7 +102,7 @@ class Cluster(Daemon):
         for run_id in settle_interrupted(self.store):
             self.record("interrupted", detail=f"run {run_id} was left running on {HOST} by a process that is gone")
             unattended.tell_interrupted(self, run_id)
-        import openai  # noqa: F401  (imported once here, not inside the first run while others wait)
+        warm_up()  # once here, not inside the first run while others wait
 
         async with self.app.open_async(), self.queue.open_async():
             await self.check_queue()

@@ -34,6 +34,7 @@ from ..errors import ConfigError, DaemonError, StoreError
 from ..store import open_store
 from ..verify import RunResult, StoreApprover, run_goal, settle_interrupted
 from ..vocabulary import GOOD
+from ..work import warm_up
 from . import unattended
 from .triggers import missed_fire, time_trigger
 
@@ -79,6 +80,8 @@ class Daemon:
         self.stopping = asyncio.Event()
         self.scheduler: Any = None
         self.listeners: list[asyncio.Task[Any]] = []
+        self.sources: dict[str, asyncio.Task[Any]] = {}
+        """The file watcher and the webhook listener, by name, once an entry needs them."""
         self._lock: TextIO | None = None
         self.stamp: tuple[Any, ...] = ()
         self.approver = StoreApprover(self.store)
@@ -97,7 +100,7 @@ class Daemon:
         for run_id in settle_interrupted(self.store):
             self.record("interrupted", detail=f"run {run_id} was left running by a process that is gone")
             unattended.tell_interrupted(self, run_id)
-        import openai  # noqa: F401  (imported once here, not inside the first run while others wait)
+        warm_up()  # once here, not inside the first run while others wait
 
         self.start_scheduling()
         log.info(
@@ -123,7 +126,7 @@ class Daemon:
         self.scheduler.start()
         self.schedule_all()
         self.catch_up()
-        self.listeners = start_listeners(self)
+        self.listeners = start_listeners(self, self.sources)
         self.stamp = self.config_stamp()
         self.listeners.append(asyncio.create_task(self.read_commands()))
 
@@ -408,6 +411,10 @@ class Daemon:
             return
         self.catalog = catalog
         self.schedule_all()
+        if self.scheduler is not None:
+            from .listeners import start_listeners
+
+            self.listeners += start_listeners(self, self.sources)
         self.record("reloaded", detail=f"{len(catalog.goals)} goals, {len(catalog.entries)} entries")
 
     def record(self, kind: str, entry: Entry | None = None, detail: str = "", goal: str | None = None) -> None:

@@ -21,11 +21,20 @@ IGNORED_PARTS = {".runner", ".git", "__pycache__", "node_modules", ".venv"}
 MAX_HEADER = 16_384
 
 
-def start_listeners(daemon: Daemon) -> list[asyncio.Task[Any]]:
-    tasks = [asyncio.create_task(watch_files(daemon))]
-    if any(e.webhook for e in daemon.catalog.entries):
-        tasks.append(asyncio.create_task(serve_webhooks(daemon)))
-    return tasks
+def start_listeners(daemon: Daemon, running: dict[str, asyncio.Task[Any]]) -> list[asyncio.Task[Any]]:
+    """The file watcher and the webhook listener that the entries need and that are not running yet (at
+    start, and after a reload that adds the first watch or webhook entry); `running` keeps them by name.
+    Without a watch entry nothing watches the project: a busy daemon's own writes cost nothing."""
+    wanted = {
+        "watch": (watch_files, any(e.watch for e in daemon.catalog.entries)),
+        "webhook": (serve_webhooks, any(e.webhook for e in daemon.catalog.entries)),
+    }
+    started = []
+    for name, (listen, needed) in wanted.items():
+        if needed and (name not in running or running[name].done()):
+            running[name] = asyncio.create_task(listen(daemon))
+            started.append(running[name])
+    return started
 
 
 def glob_match(rel: str, pattern: str) -> bool:

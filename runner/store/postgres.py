@@ -10,6 +10,7 @@ whose schema is behind.
 from __future__ import annotations
 
 import atexit
+import itertools
 import json
 import os
 import queue
@@ -126,19 +127,31 @@ def psycopg_module() -> Any:
 class Writer(threading.Thread):
     """Writes that return nothing, in order, on a connection of their own, many per round trip (a pipeline):
     the event loop that records a step never waits for the database. Every read of the store waits for the
-    writes before it (`flush`), so a process always reads what it wrote."""
+    writes before it (`flush`), so a process always reads what it wrote.
+
+    A busy daemon records thousands of rows a second, a few at a time: the writer lets a burst gather for
+    LINGER seconds (unless a reader waits), then sends it with one INSERT statement per table for the
+    transcript rows (append-only, read by run id) and the rest in the order they came.
+    """
+
+    LINGER = 0.005
+    MAX_BATCH = 1000
 
     def __init__(self, connection: Any, where: str) -> None:
         super().__init__(name="runner-store-writer", daemon=True)
         self.db, self.where = connection, where
         self.queue: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue()
         self.failure: str | None = None
+        self.waited = threading.Event()
+        """Set while a reader waits in `flush`: the writer sends what it has without lingering."""
 
     def run(self) -> None:
         stop = False
         while not stop:
             batch = [self.queue.get()]
-            while len(batch) < 500:
+            if batch[0] is not None:
+                self.waited.wait(self.LINGER)
+            while len(batch) < self.MAX_BATCH:
                 try:
                     batch.append(self.queue.get_nowait())
                 except queue.Empty:
@@ -150,18 +163,29 @@ class Writer(threading.Thread):
 
     def _write(self, batch: list[tuple[str, tuple[Any, ...]]]) -> None:
         psycopg = psycopg_module()
+        transcript = [args for sql, args in batch if sql == TRANSCRIPT_INSERT]
+        rest = [(sql, args) for sql, args in batch if sql != TRANSCRIPT_INSERT]
         try:
-            with self.db.pipeline():
-                for sql, args in batch:
-                    self.db.execute(sql, args)
+            with self.db.pipeline(), self.db.cursor() as cursor:
+                if transcript:
+                    cursor.executemany(TRANSCRIPT_INSERT, transcript)
+                for sql, group in itertools.groupby(rest, key=lambda item: item[0]):
+                    cursor.executemany(sql, [args for _, args in group])
         except psycopg.Error as exc:
             self.failure = f"run store {self.where}: {_first_line(exc)}"
 
     def flush(self) -> None:
-        self.queue.join()
+        self.waited.set()
+        try:
+            self.queue.join()
+        finally:
+            self.waited.clear()
         if self.failure is not None:
             failure, self.failure = self.failure, None
             raise StoreError(failure)
+
+
+TRANSCRIPT_INSERT = "INSERT INTO runner_transcripts (run_id, event) VALUES (%s, %s)"
 
 
 class PgTranscript:
@@ -172,7 +196,7 @@ class PgTranscript:
 
     def append(self, kind: str, data: dict[str, Any]) -> None:
         event = json.dumps({"at": now(), "kind": kind, **data}, ensure_ascii=False, default=str)
-        self.store.write("INSERT INTO runner_transcripts (run_id, event) VALUES (%s, %s)", (self.run_id, event))
+        self.store.write(TRANSCRIPT_INSERT, (self.run_id, event))
 
     def close(self) -> None:
         pass

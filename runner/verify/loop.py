@@ -239,7 +239,8 @@ class Verifier:
             if work.stop_reason == "error":
                 return self._finish("error", error=work.error)
             results = await self._checks(attempt)
-            if tampered := self._tampered(snapshot, "something while the checks ran", checks_ran=True):
+            ran = any(r.kind == "run" and not r.skipped for r in results)  # only a command can write
+            if ran and (tampered := self._tampered(snapshot, "something while the checks ran", checks_ran=True)):
                 return tampered
             if not verify.checks:
                 return self._finish("achieved" if work.stop_reason == "completed" else "not_achieved")
@@ -347,6 +348,9 @@ class Verifier:
             self.store.record_check(self.result.run_id, attempt, position, **result.columns())
             self.record(Event.CHECK, {"attempt": attempt, **result.record()})
 
+        if not self.goal.verify.checks:
+            self.result.checks = []
+            return []
         approver = self._approve if self.approver is not None else None
         context = CheckContext(self.goal, self.result.run_id, attempt, self.judge, approver)
         async with contained(self.result.run_id):

@@ -219,17 +219,24 @@ def _walk(folder: str, prefix: str, stamps: dict[str, Stamp]) -> None:
         if entry.is_dir(follow_symlinks=False):
             if entry.name not in CACHES and not _in_state(prefix + entry.name):
                 _walk(entry.path, f"{prefix}{entry.name}/", stamps)
-        else:
-            _add(entry.path, prefix + entry.name, stamps)
+        elif entry.name not in CACHES and not _in_state(prefix + entry.name):  # the folders above: on the way down
+            _stamp(entry.path, prefix + entry.name, stamps)
 
 
 def _add(path: str, rel: str, stamps: dict[str, Stamp]) -> None:
-    if _in_state(rel) or CACHES.intersection(rel.split("/")):
-        return
+    if not (_in_state(rel) or CACHES.intersection(rel.split("/"))):
+        _stamp(path, rel, stamps)
+
+
+def _stamp(path: str, rel: str, stamps: dict[str, Stamp]) -> None:
+    """One stat: of what a link points to, or of the link itself when that is missing or unreadable."""
     try:
-        st = os.stat(path) if os.path.exists(path) else os.lstat(path)  # a link: what it points to
+        st = os.stat(path)
     except OSError:
-        return
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return
     if not stat.S_ISDIR(st.st_mode):
         stamps[rel] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
 

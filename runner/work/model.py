@@ -168,6 +168,25 @@ class Model:
 _ssl_context: Any = None
 
 
+def warm_up() -> None:
+    """Load what the first run of a daemon would otherwise load while the runs beside it wait: the client,
+    the shared TLS context and the tools' argument validator (together over a second of CPU)."""
+    import anyio._backends._asyncio  # noqa: F401  (what the client's first request under asyncio loads)
+    import jsonschema  # noqa: F401
+    import openai  # noqa: F401
+
+    _tls()
+
+
+def _tls() -> Any:
+    global _ssl_context
+    import httpx2
+
+    if _ssl_context is None:
+        _ssl_context = httpx2.create_ssl_context()
+    return _ssl_context
+
+
 def _http_client() -> Any:
     """An HTTP client for one Model, sharing one TLS context with every other.
 
@@ -175,13 +194,9 @@ def _http_client() -> Any:
     on it. One connection pool per model keeps the pool small (httpcore scans every connection of a
     pool on every request, which is quadratic when 200 runs share one).
     """
-    global _ssl_context
-    import httpx2
     import openai
 
-    if _ssl_context is None:
-        _ssl_context = httpx2.create_ssl_context()
-    return openai.DefaultAsyncHttpxClient(verify=_ssl_context)
+    return openai.DefaultAsyncHttpxClient(verify=_tls())
 
 
 class Malformed(ProviderError):

@@ -63,10 +63,10 @@ class Toolbox:
         """Each tool's parameter names in the order its schema lists them."""
 
     @classmethod
-    def for_goal(cls, goal: Goal, env: dict[str, str] | None = None) -> Toolbox:
+    def for_goal(cls, goal: Goal, env: dict[str, str] | None = None, jail: Jail | None = None) -> Toolbox:
         box = PathGuard.for_goal(goal)
         environ = scrub_env(goal.env, env)
-        jail = Jail.for_goal(goal)
+        jail = jail or Jail.for_goal(goal)
         entries = goal.tools if goal.tools is not None else [ToolEntry(name=n) for n in BUILTIN_TOOLS]
         return cls([_build(entry, box, environ, jail) for entry in entries if not is_mcp_tool(entry.name)])
 
@@ -79,8 +79,9 @@ class Toolbox:
         tools join the built-ins as SERVER__TOOL; they are closed, process groups and all, on the way out.
         """
         chosen = None if goal.tools is None else [entry.name for entry in goal.tools]
-        async with open_servers(goal.mcp, chosen, goal.workpath, Jail.for_goal(goal).prefix) as remote:
-            local = cls.for_goal(goal).tools.values()
+        jail = Jail.for_goal(goal)
+        async with open_servers(goal.mcp, chosen, goal.workpath, jail.prefix) as remote:
+            local = cls.for_goal(goal, jail=jail).tools.values()
             yield cls([*local, *(Tool(t.name, t.description, t.parameters, t.run, t.validator()) for t in remote)])
 
     async def call(self, name: str, raw_arguments: str) -> str:

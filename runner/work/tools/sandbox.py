@@ -39,6 +39,7 @@ HIDDEN_FILES = (".env",)
 STATE_FOLDERS = (".runner",)
 MAX_BINDS = 500
 """Protected paths bound read-only, at most (globs matching more are left to the tamper lock)."""
+JAILED = "sandbox: bubblewrap jail"
 FALLBACK = "the fallback tracks and kills the agent's processes and scrubs their environment"
 
 _probes: dict[str, str | None] = {}
@@ -55,13 +56,8 @@ class Jail:
     @classmethod
     def for_goal(cls, goal: Goal) -> Jail:
         """Raises SandboxError when the goal requires bwrap (`sandbox: bwrap`) and it cannot run."""
-        why_not = _why_not(goal)
-        if why_not is None:
-            network = "on" if goal.sandbox.network else "off"
-            return cls(tuple(_bwrap_argv(goal)), f"sandbox: bubblewrap jail (network {network})")
-        if goal.sandbox.mode == "bwrap":
-            raise SandboxError(f"goal {goal.name}: `sandbox: bwrap` is required but {why_not}")
-        return cls((), f"sandbox: off ({why_not}); {FALLBACK}")
+        status = _status(goal)
+        return cls(tuple(_bwrap_argv(goal)) if status.startswith(JAILED) else (), status)
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
         return [*self.prefix, *argv]
@@ -75,9 +71,19 @@ def jail_argv(goal: Goal, argv: Sequence[str]) -> list[str]:
 def sandbox_status(goal: Goal) -> str:
     """One line for `runner validate` and a run's first line: jailed, or off and why."""
     try:
-        return Jail.for_goal(goal).status
+        return _status(goal)
     except SandboxError as exc:
         return f"sandbox: error: {exc}"
+
+
+def _status(goal: Goal) -> str:
+    """Jailed, or off and why (without building the jail's bind list); SandboxError when bwrap is required."""
+    why_not = _why_not(goal)
+    if why_not is None:
+        return f"{JAILED} (network {'on' if goal.sandbox.network else 'off'})"
+    if goal.sandbox.mode == "bwrap":
+        raise SandboxError(f"goal {goal.name}: `sandbox: bwrap` is required but {why_not}")
+    return f"sandbox: off ({why_not}); {FALLBACK}"
 
 
 def _why_not(goal: Goal) -> str | None:
