@@ -20,7 +20,8 @@ from cluster_helpers import ClusterProcess, fresh_database, server_url, use_stor
 from daemon_helpers import monitor, schedule
 from support import call
 
-from runner.schedule.cluster import INTERRUPTED_WITHIN, SPREAD, phase
+from runner.schedule.cluster import ALREADY_QUEUED, INTERRUPTED_WITHIN, SPREAD, phase
+from runner.store.postgres import PostgresStore
 
 pytestmark = pytest.mark.timeout(600)  # several daemon processes each start in a few seconds, in minutes under load
 
@@ -213,6 +214,54 @@ def test_runner_trigger_reaches_one_daemon_of_many(proj, db, cluster):
     assert [r["trigger"] for r in store.runs()] == ["manual"]
     for daemon in daemons:
         assert daemon.stop() == 0
+
+
+def test_a_burst_of_triggers_in_one_poll_is_one_job_per_goal_and_every_extra_one_a_recorded_skip(proj, db, cluster):
+    """The fires of one poll are deferred together (one look at the jobs, one INSERT): a goal triggered three
+    times in it gets one job, and the other two are skips with the reason, as one at a time would give."""
+    for name in ("a", "b", "c"):
+        monitor(proj, name)
+    store = PostgresStore(db)
+    for name in ("a", "b", "a", "c", "a", "c"):
+        store.send_command("trigger", name)
+    daemon = cluster("daemon")
+    daemon.wait_for("three runs", lambda: len([r for r in store.runs() if r["ended"]]) == 3)
+    time.sleep(1)
+    assert sorted(r["goal"] for r in store.runs()) == ["a", "b", "c"]
+    skips = Counter(e["goal"] for e in store.events("skip") if "already queued" in e["detail"])
+    assert skips == {"a": 2, "c": 1}
+    assert daemon.stop() == 0
+    store.close()
+
+
+def test_a_batch_that_races_another_daemon_defers_the_rest_one_by_one(proj, db):
+    """Between the look at the jobs and the INSERT another daemon may queue one of the goals: the batch's
+    INSERT is refused as a whole, so each job is deferred on its own and only the raced one is a skip."""
+    import asyncio
+
+    from runner.schedule.cluster import Cluster
+
+    for name in ("a", "b"):
+        monitor(proj, name)
+
+    async def burst() -> None:
+        cluster = Cluster(proj.root)
+        async with cluster.queue.open_async():
+            other = cluster.queue.configure_task("runner.run", lock="a", queueing_lock="a")
+            await other.defer_async(goal="a", entry_id=None, trigger="manual", digest="x", due=None, context=None)
+            cluster.jobs_of_goals = lambda goals: {}  # the look happened before the other daemon's INSERT
+            cluster.start(None, "manual", "a", None, None)
+            cluster.start(None, "manual", "b", None, None)
+            await asyncio.gather(*cluster.deferring)
+        cluster.store.close()
+
+    asyncio.run(burst())
+    store = PostgresStore(db)
+    queued = store.exec("SELECT lock FROM procrastinate_jobs ORDER BY id", after_writes=False).fetchall()
+    assert [r["lock"] for r in queued] == ["a", "b"]
+    assert [(e["goal"], e["detail"]) for e in store.events("skip")] == [("a", ALREADY_QUEUED)]
+    assert store.events("error") == []
+    store.close()
 
 
 def test_approval_answered_from_the_command_line(proj, db, cluster):

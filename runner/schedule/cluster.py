@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,17 @@ def make_app(url: str) -> Any:
     return procrastinate.App(connector=connector)
 
 
+@dataclass
+class Fire:
+    """An admitted trigger waiting to become a job."""
+
+    entry: Entry | None
+    trigger: str
+    goal: Goal
+    due: datetime | None
+    context: dict[str, Any] | None
+
+
 class Cluster(Daemon):
     """A daemon (`schedules=True`) or a worker on a PostgreSQL store."""
 
@@ -90,6 +102,8 @@ class Cluster(Daemon):
         """Defers on a pool of their own: a burst of triggers never makes the worker wait for a connection."""
         self.worker: asyncio.Task[Any] | None = None
         self.deferring: set[asyncio.Task[Any]] = set()
+        self.to_defer: list[Fire] = []
+        """Fires admitted in this turn of the event loop, deferred together by `defer_pending`."""
         self.digests: dict[tuple[str, int, int], str] = {}
         self.refreshed = 0.0
 
@@ -208,34 +222,81 @@ class Cluster(Daemon):
         self, entry: Entry | None, trigger: str, name: str, due: datetime | None, context: dict[str, Any] | None
     ) -> None:
         """Defer a job for the admitted goal: `queued` when it runs elsewhere now, `skip` when one already waits,
-        `start` when a worker takes it."""
-        task = asyncio.create_task(self.defer(entry, trigger, self.catalog.goals[name], due, context))
-        self.deferring.add(task)
-        task.add_done_callback(self.deferring.discard)
+        `start` when a worker takes it. The fires of one turn of the event loop (a poll's commands, entries
+        due together) are deferred together, with one look at the goals' jobs and one INSERT."""
+        self.to_defer.append(Fire(entry, trigger, self.catalog.goals[name], due, context))
+        if len(self.to_defer) == 1:
+            task = asyncio.create_task(self.defer_pending())
+            self.deferring.add(task)
+            task.add_done_callback(self.deferring.discard)
 
-    async def defer(
-        self, entry: Entry | None, trigger: str, goal: Goal, due: datetime | None, context: dict[str, Any] | None
-    ) -> None:
+    async def defer_pending(self) -> None:
         procrastinate = procrastinate_module()
-        jobs = self.jobs_of(goal.name)
-        if "todo" in jobs:  # the queueing lock would refuse another: cheaper to ask first
-            return self.record("skip", entry, ALREADY_QUEUED, goal=goal.name)
-        args = {
-            "goal": goal.name,
-            "entry_id": entry.id if entry else None,
-            "trigger": trigger,
-            "digest": self.digest(goal),
-            "due": due.isoformat() if due and "doing" not in jobs else None,  # a follow-up is not on time
-            "context": context,
-        }
+        fires, self.to_defer = self.to_defer, []
+        states = self.jobs_of_goals({fire.goal.name for fire in fires})
+        jobs: list[tuple[Fire, Any, bool]] = []
+        for fire in fires:
+            known = states.setdefault(fire.goal.name, set())
+            if "todo" in known:  # the queueing lock would refuse another: cheaper to ask first
+                self.record("skip", fire.entry, ALREADY_QUEUED, goal=fire.goal.name)
+                continue
+            running = "doing" in known
+            known.add("todo")
+            jobs.append((fire, self.job(fire, follow_up=running), running))
+        if not jobs:
+            return
+        manager = self.queue.job_manager
         try:
-            await self.queue.configure_task(TASK, lock=goal.name, queueing_lock=goal.name).defer_async(**args)
-        except procrastinate.exceptions.AlreadyEnqueued:
-            return self.record("skip", entry, ALREADY_QUEUED, goal=goal.name)
-        except Exception as exc:  # the database went away: the trigger is lost, and says so
-            return self.record("error", entry, f"cannot queue the run: {type(exc).__name__}: {exc}", goal=goal.name)
-        if "doing" in jobs:
-            self.record("queued", entry, "the goal is running; one follow-up run queued", goal=goal.name)
+            await manager.batch_defer_jobs_async([job for _, job, _ in jobs])
+            deferred = [(fire, running) for fire, _, running in jobs]
+        except procrastinate.exceptions.AlreadyEnqueued:  # one of them raced another daemon: each on its own
+            deferred = []
+            for fire, job, running in jobs:
+                try:
+                    await manager.defer_job_async(job)
+                except procrastinate.exceptions.AlreadyEnqueued:
+                    self.record("skip", fire.entry, ALREADY_QUEUED, goal=fire.goal.name)
+                except Exception as exc:
+                    self.cannot_queue(fire, exc)
+                else:
+                    deferred.append((fire, running))
+        except Exception as exc:  # the database went away: the triggers are lost, and say so
+            for fire, _, _ in jobs:
+                self.cannot_queue(fire, exc)
+            return
+        for fire, running in deferred:
+            if running:
+                self.record("queued", fire.entry, "the goal is running; one follow-up run queued", goal=fire.goal.name)
+
+    def job(self, fire: Fire, follow_up: bool) -> Any:
+        """The Procrastinate job of a fire: one at a time per goal (`lock`), one waiting at most (`queueing_lock`)."""
+        args = {
+            "goal": fire.goal.name,
+            "entry_id": fire.entry.id if fire.entry else None,
+            "trigger": fire.trigger,
+            "digest": self.digest(fire.goal),
+            "due": fire.due.isoformat() if fire.due and not follow_up else None,  # a follow-up is not on time
+            "context": fire.context,
+        }
+        deferrer = self.queue.configure_task(TASK, lock=fire.goal.name, queueing_lock=fire.goal.name)
+        return deferrer.make_new_job(**args)
+
+    def cannot_queue(self, fire: Fire, exc: Exception) -> None:
+        self.record("error", fire.entry, f"cannot queue the run: {type(exc).__name__}: {exc}", goal=fire.goal.name)
+
+    def jobs_of_goals(self, goals: set[str]) -> dict[str, set[str]]:
+        """`jobs_of` for several goals in one query."""
+        assert isinstance(self.store, PostgresStore)
+        rows = self.store.exec(
+            "SELECT DISTINCT lock, status::text AS s FROM procrastinate_jobs"
+            " WHERE lock = ANY(%s) AND status IN ('todo', 'doing')",
+            (sorted(goals),),
+            after_writes=False,
+        ).fetchall()
+        states: dict[str, set[str]] = {}
+        for row in rows:
+            states.setdefault(row["lock"], set()).add(row["s"])
+        return states
 
     def jobs_of(self, goal: str) -> set[str]:
         """The states of the goal's jobs now: `doing` (it runs somewhere in the cluster), `todo` (one waits)."""
