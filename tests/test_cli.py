@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -120,3 +121,17 @@ def test_validate_and_the_run_say_when_the_sandbox_is_off_and_why(proj, server, 
     fallback = "sandbox: off (RUNNER_SANDBOX=off in the environment)"
     assert fallback in proj.cli("validate").output
     assert proj.cli("goal", "g").stderr.startswith(fallback)
+
+
+def test_help_and_version_do_not_load_the_loops():
+    """`runner --help` answers without loading pydantic's models, the model client or the loops (0.7 s -> 0.17 s
+    on the CI machine; benchmarks/bench_startup.py measures it), and `import runner` still gives every public name."""
+    probe = (
+        "import sys, runner.cli\n"
+        "heavy = ('pydantic', 'openai', 'psycopg', 'runner.config', 'runner.verify', 'runner.work')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+        "import runner\n"
+        "print(runner.run_goal.__module__, [n for n in runner.__all__ if getattr(runner, n, None) is None])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["[]", "runner.verify.loop []"]

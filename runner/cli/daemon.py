@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..config.models import format_duration
 from ..errors import ConfigError, DaemonError
 from .common import reports_errors
 
@@ -146,6 +145,8 @@ def _next_fire(entry: Entry, state: dict[str, Any], daemon_started: datetime | N
         return fire, _when(fire)
     if last is not None and last + every > now:
         return last + every, _when(last + every)
+    from ..config.models import format_duration
+
     return None, f"{format_duration(entry.every)} after `runner daemon` starts"
 
 
