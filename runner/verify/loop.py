@@ -25,7 +25,7 @@ from ..work.cost import Pricer
 from ..work.loop import READ_ONLY
 from ..work.tools.paths import PathGuard
 from ..work.tools.process import run_env, run_process, scrub_env, spawned
-from ..work.tools.sandbox import contained, kill_leftovers, sandbox_status
+from ..work.tools.sandbox import contained, sandbox_status
 from .approval import StoreApprover
 from .changes import Changes, listing
 from .checks import Approver, CheckContext, CheckResult, run_checks
@@ -122,14 +122,6 @@ async def run_goal(
     finally:
         with contextlib.suppress(OSError):
             transcript.close()
-
-
-def settle_interrupted(store: Store) -> list[str]:
-    """Runs whose process is gone become `interrupted`, and whatever they left running is killed."""
-    interrupted = store.mark_interrupted()
-    for run_id in interrupted:
-        kill_leftovers(run_id)
-    return interrupted
 
 
 def unexpected(exc: Exception) -> str:
