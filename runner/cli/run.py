@@ -129,6 +129,7 @@ def execute(
             pass_trigger=False,  # the person wrote the prompt; trigger.json still says who ran it
             resume=resume,
         )
+        store.flush()  # what the person reads next (runner show, runner continue) is in the store
         data = show_result(result, as_json, quiet)
         await notify.drain(NOTIFY_WAIT)  # after the result is out: a slow receiver delays only the exit
         return data

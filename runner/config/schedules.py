@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -188,6 +188,7 @@ class Catalog:
     project: Project
     goals: dict[str, Goal]
     entries: list[Entry]
+    _by_id: dict[str, Entry] | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def load(cls, root: Any = None) -> Catalog:
@@ -209,3 +210,9 @@ class Catalog:
         if problems:
             raise ConfigError("invalid configuration", problems)
         return cls(project, goals, entries)
+
+    def entry(self, entry_id: str) -> Entry | None:
+        """The entry with this id (a dict built on first use: a daemon with 10,000 entries looks one up a fire)."""
+        if self._by_id is None:
+            self._by_id = {entry.id: entry for entry in self.entries}
+        return self._by_id.get(entry_id)

@@ -230,7 +230,7 @@ class Daemon:
         return True
 
     def entry(self, entry_id: str) -> Entry | None:
-        return next((e for e in self.catalog.entries if e.id == entry_id), None)
+        return self.catalog.entry(entry_id)
 
     # runs
     @_deferred_on_store_error

@@ -27,7 +27,8 @@ class TranscriptWriter(Protocol):
 
 
 class Store(ABC):
-    """Every read and write of runner's state. Each write is visible to other processes at once."""
+    """Every read and write of runner's state. Each write is visible to other processes within milliseconds
+    (at once in SQLite; the PostgreSQL store writes in the background), and at once after `flush`."""
 
     # runs
     @abstractmethod
@@ -157,6 +158,11 @@ class Store(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+    def flush(self) -> None:
+        """Wait until every write so far is visible to other processes (a store that writes in the background
+        sends within milliseconds; a command that prints a run's result flushes first)."""
+        return None
 
     def problem(self) -> str | None:
         """Why the store can no longer be trusted (deleted, replaced), or None while it is sound."""

@@ -134,7 +134,7 @@ class Writer(threading.Thread):
     transcript rows (append-only, read by run id) and the rest in the order they came.
     """
 
-    LINGER = 0.02
+    LINGER = 0.005
     MAX_BATCH = 1000
 
     def __init__(self, connection: Any, where: str) -> None:
