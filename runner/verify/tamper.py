@@ -90,6 +90,8 @@ class Snapshot:
         out.txt`) is no change: it becomes part of the snapshot. The attempt's processes are gone by then.
         """
         now = _stamps(self.root, self.patterns)
+        if now == self.stamps:  # the usual case, compared in C
+            return []
         changed = sorted(p for p in self.stamps.keys() | now.keys() if self.stamps.get(p) != now.get(p))
         if not checks_ran:
             return changed
@@ -210,17 +212,21 @@ def _stamps(root: Path, patterns: list[str]) -> dict[str, Stamp]:
 
 
 def _walk(folder: str, prefix: str, stamps: dict[str, Stamp]) -> None:
+    if _in_state(prefix.rstrip("/")):
+        return
     try:
         entries = list(os.scandir(folder))
     except OSError:
         stamps[prefix] = (-1, -1, -1, -1, 0)  # an unreadable folder is a change in itself
         return
-    for entry in entries:
+    for entry in entries:  # the folders above were looked at on the way down: only the name is new
+        name = entry.name
+        if name in CACHES or (not prefix and name == STATE):
+            continue
         if entry.is_dir(follow_symlinks=False):
-            if entry.name not in CACHES and not _in_state(prefix + entry.name):
-                _walk(entry.path, f"{prefix}{entry.name}/", stamps)
-        elif entry.name not in CACHES and not _in_state(prefix + entry.name):  # the folders above: on the way down
-            _stamp(entry.path, prefix + entry.name, stamps)
+            _walk(entry.path, f"{prefix}{name}/", stamps)
+        else:
+            _stamp(entry.path, prefix + name, stamps)
 
 
 def _add(path: str, rel: str, stamps: dict[str, Stamp]) -> None:

@@ -139,10 +139,16 @@ def _bwrap_argv(goal: Goal) -> list[str]:
 def _kept_in_tmp(root: Path) -> list[Path]:
     """What the jail's private /tmp must still show, read-only: the project, and the Python and the runner
     installation the agent's commands run with, when they live under /tmp (a checkout or a venv there)."""
-    wanted = {root, Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent, Path(__file__).parents[3]}
-    kept = {path.resolve() for path in wanted if path.exists()}
+    kept = {*_installation(), *([root.resolve()] if root.exists() else [])}
     kept = {path for path in kept if path.is_relative_to("/tmp") and path != Path("/tmp")}
     return sorted(path for path in kept if not any(path != other and path.is_relative_to(other) for other in kept))
+
+
+@functools.cache
+def _installation() -> tuple[Path, ...]:
+    """The Python and the runner installation this process runs (they do not move while it runs)."""
+    wanted = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent, Path(__file__).parents[3]}
+    return tuple(path.resolve() for path in wanted if path.exists())
 
 
 def _run_files(state: Path) -> list[str]:
