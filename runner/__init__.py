@@ -10,8 +10,9 @@ The public face: what users' scripts and tests may import. Everything else may m
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .lazy import loader
 
 if TYPE_CHECKING:
     from .config import Catalog, Check, Entry, Goal, Project, load_goal, load_project
@@ -21,26 +22,19 @@ if TYPE_CHECKING:
     from .verify import RunResult, run_goal
     from .vocabulary import Event, Outcome, StopReason
 
-_HOMES = {
-    "config": ["Catalog", "Check", "Entry", "Goal", "Project", "load_goal", "load_project"],
-    "errors": ["ConfigError", "ProviderError", "RunnerError", "StoreError"],
-    "store": ["Store", "open_store"],
-    "testing": ["ScriptedServer", "load_script"],
-    "verify": ["RunResult", "run_goal"],
-    "vocabulary": ["Event", "Outcome", "StopReason"],
-}
-_HOME = {name: module for module, names in _HOMES.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    """The public names load their modules when first used: `runner --help` or `runner runs` does not pay
-    for the pydantic models, the model client and the loops (a second of CPU on a slow machine)."""
-    if name not in _HOME:
-        raise AttributeError(f"module 'runner' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
-    globals()[name] = value
-    return value
-
+# The public names load their modules when first used: `runner --help` or `runner runs` does not pay for the
+# pydantic models, the model client and the loops (a second of CPU on a slow machine).
+__getattr__ = loader(
+    __name__,
+    {
+        "config": ["Catalog", "Check", "Entry", "Goal", "Project", "load_goal", "load_project"],
+        "errors": ["ConfigError", "ProviderError", "RunnerError", "StoreError"],
+        "store": ["Store", "open_store"],
+        "testing": ["ScriptedServer", "load_script"],
+        "verify": ["RunResult", "run_goal"],
+        "vocabulary": ["Event", "Outcome", "StopReason"],
+    },
+)
 
 __all__ = [
     "Catalog",
