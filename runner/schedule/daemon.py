@@ -23,6 +23,7 @@ import logging
 import os
 import random
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -39,6 +40,8 @@ from . import unattended
 from .triggers import missed_fire, time_trigger
 
 log = logging.getLogger("runner.daemon")
+FULL_STAMP = 2.0
+"""Seconds between two reads of every configuration file's stamp (the folders' are read every poll)."""
 NOTIFY_GRACE = 5.0
 """Seconds a stopping daemon waits for notifications still being delivered."""
 NOT_COUNTED = ("cancelled", "awaiting_approval")
@@ -84,6 +87,9 @@ class Daemon:
         """The file watcher and the webhook listener, by name, once an entry needs them."""
         self._lock: TextIO | None = None
         self.stamp: tuple[Any, ...] = ()
+        self._quick: tuple[Any, ...] = ()
+        self._full_at = float("-inf")
+        self._full: tuple[tuple[str, int, int], ...] = ()
         self.approver = StoreApprover(self.store)
         self.due: dict[str, datetime] = {}
         self.deferred: list[Callable[[], None]] = []
@@ -382,19 +388,24 @@ class Daemon:
             self.stopping.set()
 
     def config_stamp(self) -> tuple[tuple[str, int, int], ...]:
-        """(path, mtime, size) of every file the configuration is read from; read every poll, so kept cheap
-        (scandir and one stat a file: a tenth of what globbing costs with a hundred schedule files)."""
+        """(path, mtime, size) of the configuration's folders and files, read every poll, so kept cheap: each
+        poll reads the two folders, runner.yaml and .env (a file added, removed or replaced by an editor's
+        rename shows there at once), and every file's own stamp at most every FULL_STAMP seconds (a file
+        edited in place shows within them). With a hundred schedule files this is a tenth of the stats."""
         root = str(self.catalog.project.root)
-        stamps = []
+        quick = tuple(_stamp(os.path.join(root, name)) for name in ("goals", "schedules", "runner.yaml", ".env"))
+        if quick == self._quick and time.monotonic() - self._full_at < FULL_STAMP:
+            return self._full
+        stamps = [s for s in quick if s is not None]
         for folder in ("goals", "schedules"):
             try:
                 with os.scandir(os.path.join(root, folder)) as entries:
                     paths = [e.path for e in entries if e.name.endswith((".yaml", ".yml"))]
             except OSError:
                 continue
-            stamps += [_stamp(path) for path in sorted(paths)]
-        stamps += [_stamp(os.path.join(root, name)) for name in ("runner.yaml", ".env")]
-        return tuple(s for s in stamps if s is not None)
+            stamps += [s for s in (_stamp(path) for path in sorted(paths)) if s is not None]
+        self._quick, self._full_at, self._full = quick, time.monotonic(), tuple(stamps)
+        return self._full
 
     def reload(self) -> None:
         try:
