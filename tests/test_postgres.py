@@ -14,6 +14,7 @@ import signal
 import time
 from collections import Counter
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from cluster_helpers import ClusterProcess, fresh_database, server_url, use_store
@@ -99,6 +100,56 @@ def test_a_follow_up_waiting_on_its_goals_lock_is_announced_when_the_run_ends(pr
         conn.execute("SELECT procrastinate_finish_job_v1(%s, 'succeeded', true)", (running,))
         notices = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
     assert notices == [f'{{"type" : "job_inserted", "job_id" : {waiting}}}']
+
+
+def test_the_cluster_connections_wake_only_for_the_server_and_still_answer_at_once(url):
+    """Every cluster process keeps a LISTEN open; psycopg's waits wake every 0.1 s to look for a Ctrl-C, a third
+    of an idle process's CPU. runner's connections wait WAKE seconds instead: a notification, a cancellation
+    and a query must still end a wait at once."""
+    import asyncio
+    import contextlib
+
+    import psycopg
+
+    from runner.store.postgres import WAKE, quiet_connection
+
+    def notify() -> None:
+        with psycopg.connect(url, autocommit=True) as other:
+            other.execute("NOTIFY runner_test, 'hi'")
+
+    async def scenario() -> tuple[float, str, float]:
+        async with await quiet_connection().connect(url, autocommit=True) as conn:
+            assert (await (await conn.execute("SELECT 41 + 1")).fetchone()) == (42,)
+            await conn.execute("LISTEN runner_test")
+            loop = asyncio.get_running_loop()
+            looks = 0
+            add_reader = loop.add_reader
+
+            def counted(*args: Any) -> Any:  # psycopg asks the loop to watch the socket again at every wake-up
+                nonlocal looks
+                looks += 1
+                return add_reader(*args)
+
+            loop.add_reader = counted  # type: ignore[method-assign]
+            with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+                await asyncio.wait_for(anext(conn.notifies()), 1.0)  # a second with nothing to hear
+            loop.add_reader = add_reader  # type: ignore[method-assign]
+            assert looks <= 2, f"the idle LISTEN woke {looks} times in a second"
+            started = loop.time()
+            loop.call_later(0.3, notify)
+            notice = await anext(conn.notifies())
+            delivered = loop.time() - started
+            waiting = asyncio.create_task(anext(conn.notifies()))
+            await asyncio.sleep(0.3)
+            cancelled_at = loop.time()
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            return delivered, notice.payload, loop.time() - cancelled_at
+
+    delivered, payload, cancelled = asyncio.run(scenario())
+    assert WAKE >= 5 and payload == "hi"
+    assert delivered < 2 and cancelled < 2  # far under WAKE: the server and the loop end a wait, not a timer
 
 
 def test_a_unreachable_server_is_one_line_without_the_password(proj):

@@ -69,9 +69,11 @@ def procrastinate_module() -> Any:
 
 def make_app(url: str) -> Any:
     procrastinate = procrastinate_module()
-    from ..store.postgres import session
+    from ..store.postgres import quiet_connection, session
 
-    connector = procrastinate.PsycopgConnector(conninfo=url, min_size=1, max_size=10, kwargs=session(url))
+    connector = procrastinate.PsycopgConnector(
+        conninfo=url, min_size=1, max_size=10, kwargs=session(url), connection_class=quiet_connection()
+    )
     return procrastinate.App(connector=connector)
 
 
