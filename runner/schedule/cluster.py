@@ -240,7 +240,7 @@ class Cluster(Daemon):
         for fire in fires:
             known = states.setdefault(fire.goal.name, set())
             if "todo" in known:  # the queueing lock would refuse another: cheaper to ask first
-                self.record("skip", fire.entry, ALREADY_QUEUED, goal=fire.goal.name)
+                self.already_queued(fire)
                 continue
             running = "doing" in known
             known.add("todo")
@@ -257,7 +257,7 @@ class Cluster(Daemon):
                 try:
                     await manager.defer_job_async(job)
                 except procrastinate.exceptions.AlreadyEnqueued:
-                    self.record("skip", fire.entry, ALREADY_QUEUED, goal=fire.goal.name)
+                    self.already_queued(fire)
                 except Exception as exc:
                     self.cannot_queue(fire, exc)
                 else:
@@ -283,11 +283,14 @@ class Cluster(Daemon):
         deferrer = self.queue.configure_task(TASK, lock=fire.goal.name, queueing_lock=fire.goal.name)
         return deferrer.make_new_job(**args)
 
+    def already_queued(self, fire: Fire) -> None:
+        self.record("skip", fire.entry, ALREADY_QUEUED, goal=fire.goal.name)
+
     def cannot_queue(self, fire: Fire, exc: Exception) -> None:
         self.record("error", fire.entry, f"cannot queue the run: {type(exc).__name__}: {exc}", goal=fire.goal.name)
 
     def jobs_of_goals(self, goals: set[str]) -> dict[str, set[str]]:
-        """`jobs_of` for several goals in one query."""
+        """`jobs_of` for several goals in one query (a goal without such jobs is left out)."""
         assert isinstance(self.store, PostgresStore)
         rows = self.store.exec(
             "SELECT DISTINCT lock, status::text AS s FROM procrastinate_jobs"
@@ -302,13 +305,7 @@ class Cluster(Daemon):
 
     def jobs_of(self, goal: str) -> set[str]:
         """The states of the goal's jobs now: `doing` (it runs somewhere in the cluster), `todo` (one waits)."""
-        assert isinstance(self.store, PostgresStore)
-        rows = self.store.exec(
-            "SELECT DISTINCT status::text AS s FROM procrastinate_jobs WHERE lock = %s AND status IN ('todo', 'doing')",
-            (goal,),
-            after_writes=False,
-        ).fetchall()
-        return {r["s"] for r in rows}
+        return self.jobs_of_goals({goal}).get(goal, set())
 
     def digest(self, goal: Goal) -> str:
         path = _goal_file(goal)

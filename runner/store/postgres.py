@@ -150,8 +150,9 @@ class Writer(threading.Thread):
     writes before it (`flush`), so a process always reads what it wrote.
 
     A busy daemon records thousands of rows a second, a few at a time: the writer lets a burst gather for
-    LINGER seconds (unless a reader waits), then sends it with one INSERT statement per table for the
-    transcript rows (append-only, read by run id) and the rest in the order they came.
+    LINGER seconds (unless a reader waits), then sends the burst's transcript rows first (append-only, read
+    by run id) as one `executemany`, and the rest in the order they came, one `executemany` per run of
+    identical statements.
     """
 
     LINGER = 0.005

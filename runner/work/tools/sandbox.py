@@ -39,7 +39,6 @@ HIDDEN_FILES = (".env",)
 STATE_FOLDERS = (".runner",)
 MAX_BINDS = 500
 """Protected paths bound read-only, at most (globs matching more are left to the tamper lock)."""
-JAILED = "sandbox: bubblewrap jail"
 FALLBACK = "the fallback tracks and kills the agent's processes and scrubs their environment"
 
 _probes: dict[str, str | None] = {}
@@ -56,8 +55,8 @@ class Jail:
     @classmethod
     def for_goal(cls, goal: Goal) -> Jail:
         """Raises SandboxError when the goal requires bwrap (`sandbox: bwrap`) and it cannot run."""
-        status = _status(goal)
-        return cls(tuple(_bwrap_argv(goal)) if status.startswith(JAILED) else (), status)
+        why_not = _why_not(goal)
+        return cls(tuple(_bwrap_argv(goal)) if why_not is None else (), _status(goal, why_not))
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
         return [*self.prefix, *argv]
@@ -71,16 +70,15 @@ def jail_argv(goal: Goal, argv: Sequence[str]) -> list[str]:
 def sandbox_status(goal: Goal) -> str:
     """One line for `runner validate` and a run's first line: jailed, or off and why."""
     try:
-        return _status(goal)
+        return _status(goal, _why_not(goal))
     except SandboxError as exc:
         return f"sandbox: error: {exc}"
 
 
-def _status(goal: Goal) -> str:
+def _status(goal: Goal, why_not: str | None) -> str:
     """Jailed, or off and why (without building the jail's bind list); SandboxError when bwrap is required."""
-    why_not = _why_not(goal)
     if why_not is None:
-        return f"{JAILED} (network {'on' if goal.sandbox.network else 'off'})"
+        return f"sandbox: bubblewrap jail (network {'on' if goal.sandbox.network else 'off'})"
     if goal.sandbox.mode == "bwrap":
         raise SandboxError(f"goal {goal.name}: `sandbox: bwrap` is required but {why_not}")
     return f"sandbox: off ({why_not}); {FALLBACK}"
