@@ -121,3 +121,24 @@ def test_a_missing_workdir_is_bad_input(proj):
     assert result.exit_code == 2 and "nowhere is not a folder" in result.stderr
     (proj.root / "elsewhere").mkdir()
     assert "is not a folder" in proj.cli("goal", "g", "--workdir", "missing").stderr
+
+
+def test_a_goal_keeps_the_folders_it_resolved_and_a_copy_elsewhere_resolves_its_own(proj, tmp_path_factory):
+    """The workdir is resolved once per goal: a symlink swapped in after the run looked does not move the
+    run's tools elsewhere; a copy of the goal under another root resolves against that root."""
+    from runner.config import Catalog
+
+    (proj.root / "work").mkdir()
+    proj.goal("g", prompt="p", workdir="work")
+    goal = Catalog.load(proj.root).goals["g"]
+    first = goal.workpath
+    assert first == (proj.root / "work").resolve() and goal.rootpath == proj.root.resolve()
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    (proj.root / "work").rename(proj.root / "old-work")
+    (proj.root / "work").symlink_to(elsewhere)
+    assert goal.workpath == first  # not the symlink's target
+    other = tmp_path_factory.mktemp("other")
+    (other / "work").mkdir()
+    copy = goal.model_copy(update={"root": other})
+    assert copy.workpath == (other / "work").resolve() and copy.rootpath == other.resolve()
+    assert Catalog.load(proj.root).goals["g"].workpath == elsewhere.resolve()  # a reload looks again

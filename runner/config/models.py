@@ -14,6 +14,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -310,6 +311,7 @@ class Goal(Strict):
     """The project root (set by the loader)."""
     source: str | None = None
     """The file this goal came from (set by the loader)."""
+    _paths: tuple[Path, str, Path, Path] | None = PrivateAttr(default=None)
 
     @field_validator("tools")
     @classmethod
@@ -350,7 +352,23 @@ class Goal(Strict):
 
     @property
     def workpath(self) -> Path:
-        return (self.root / self.workdir).resolve()
+        """The workdir as an absolute path, symlinks resolved."""
+        return self._resolved()[1]
+
+    @property
+    def rootpath(self) -> Path:
+        """The project root as an absolute path, symlinks resolved."""
+        return self._resolved()[0]
+
+    def _resolved(self) -> tuple[Path, Path]:
+        """Resolved once per goal object (a run asks a dozen times; each resolve is a syscall per folder of the
+        path). Kept while root and workdir stay what they were: a copy with another root resolves again, a
+        reload makes new goals. A symlink on the way that changes later is not followed: the run keeps the
+        folder it started with."""
+        paths = self._paths
+        if paths is None or paths[0] != self.root or paths[1] != self.workdir:
+            paths = self._paths = (self.root, self.workdir, self.root.resolve(), (self.root / self.workdir).resolve())
+        return paths[2], paths[3]
 
 
 def covers_state(pattern: str) -> bool:

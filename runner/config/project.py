@@ -221,7 +221,7 @@ def missing_scripts(goal: Goal, doc: Document) -> list[str]:
             if "$" in word or not ("/" in word or word.endswith(SCRIPT_SUFFIXES)):
                 continue
             if not any(_exists(base / word) for base in (goal.workpath, goal.root)):
-                where = "the workdir" if goal.workpath == goal.root.resolve() else "the workdir or the project root"
+                where = "the workdir" if goal.workpath == goal.rootpath else "the workdir or the project root"
                 message = (
                     f"{word} does not exist in {where}: fix the path (if the agent is to create it, "
                     "check it through another command)"

@@ -225,8 +225,14 @@ def _walk(folder: str, prefix: str, stamps: dict[str, Stamp]) -> None:
             continue
         if entry.is_dir(follow_symlinks=False):
             _walk(entry.path, f"{prefix}{name}/", stamps)
-        else:
+            continue
+        try:  # _stamp, inlined: a walk of a big folder does little else
+            st = os.stat(entry.path)
+        except OSError:
             _stamp(entry.path, prefix + name, stamps)
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            stamps[prefix + name] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
 
 
 def _add(path: str, rel: str, stamps: dict[str, Stamp]) -> None:
@@ -269,7 +275,7 @@ class Claim:
 
     @classmethod
     def of(cls, goal: Goal, run_id: str) -> Claim:
-        root = goal.root.resolve()
+        root = goal.rootpath
         workdir = goal.workpath.relative_to(root).as_posix() if goal.workpath.is_relative_to(root) else "/"
         patterns = protected_patterns(goal)
         own = [p for p in patterns if not _fixed(p)]

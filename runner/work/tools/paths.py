@@ -21,14 +21,15 @@ class ToolError(Exception):
 class PathGuard:
     """Resolves the model's paths against the workdir and refuses escapes and protected paths."""
 
-    def __init__(self, workdir: Path, root: Path, protect: Iterable[str] = ()) -> None:
-        self.workdir = workdir.resolve()
-        self.root = root.resolve()
+    def __init__(self, workdir: Path, root: Path, protect: Iterable[str] = (), *, resolved: bool = False) -> None:
+        self.workdir = workdir if resolved else workdir.resolve()
+        self.root = root if resolved else root.resolve()
         self.patterns = [*ALWAYS_PROTECTED, *protect]
 
     @classmethod
     def for_goal(cls, goal: Goal) -> PathGuard:
-        return cls(goal.workpath, goal.root, [*goal.protect, *check_scripts(goal), *check_inputs(goal)])
+        protect = [*goal.protect, *check_scripts(goal), *check_inputs(goal)]
+        return cls(goal.workpath, goal.rootpath, protect, resolved=True)
 
     def resolve(self, path: str, *, write: bool = False) -> Path:
         if not isinstance(path, str) or not path.strip():
@@ -75,8 +76,8 @@ def check_scripts(goal: Goal) -> list[str]:
         for path in script_words(check.run):
             for base in (goal.workpath, goal.root):
                 full = _resolved(base, path)
-                if full is not None and full.is_file() and full.is_relative_to(goal.root.resolve()):
-                    found.append(full.relative_to(goal.root.resolve()).as_posix())
+                if full is not None and full.is_file() and full.is_relative_to(goal.rootpath):
+                    found.append(full.relative_to(goal.rootpath).as_posix())
                     break
     return sorted(set(found))
 
@@ -97,7 +98,7 @@ def check_inputs(goal: Goal) -> list[str]:
     """
     if not goal.verify.protect_check_inputs:
         return []
-    root = goal.root.resolve()
+    root = goal.rootpath
     too_wide = {root, goal.workpath, *goal.workpath.parents}
     found: set[str] = set()
     for check in goal.verify.checks:

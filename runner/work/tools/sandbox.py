@@ -91,7 +91,7 @@ def _why_not(goal: Goal) -> str | None:
         return "RUNNER_SANDBOX=off in the environment"
     if not sys.platform.startswith("linux"):
         return f"bubblewrap needs Linux, this is {sys.platform}"
-    bwrap = shutil.which("bwrap")
+    bwrap = _bwrap()
     if bwrap is None:
         return "bwrap is not installed (apt-get install bubblewrap)"
     if bwrap not in _probes:
@@ -112,9 +112,21 @@ def _probe(bwrap: str) -> str | None:
     return None
 
 
+def _bwrap() -> str | None:
+    """Where bwrap is on PATH: looked up again only when PATH changed or the file found is gone."""
+    path = os.environ.get("PATH", os.defpath)
+    found = _found.get(path)
+    if found is None or not os.access(found, os.X_OK):
+        found = _found[path] = shutil.which("bwrap")
+    return found
+
+
+_found: dict[str, str | None] = {}
+
+
 def _bwrap_argv(goal: Goal) -> list[str]:
-    root, workdir = goal.root.resolve(), goal.workpath
-    argv = [shutil.which("bwrap") or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    root, workdir = goal.rootpath, goal.workpath
+    argv = [_bwrap() or "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     argv += ["--tmpfs", "/tmp"]
     for kept in _kept_in_tmp(root):
         argv += ["--ro-bind", str(kept), str(kept)]
@@ -135,9 +147,10 @@ def _bwrap_argv(goal: Goal) -> list[str]:
 
 
 def _kept_in_tmp(root: Path) -> list[Path]:
-    """What the jail's private /tmp must still show, read-only: the project, and the Python and the runner
-    installation the agent's commands run with, when they live under /tmp (a checkout or a venv there)."""
-    kept = {*_installation(), *([root.resolve()] if root.exists() else [])}
+    """What the jail's private /tmp must still show, read-only: the project (`root`, resolved), and the Python
+    and the runner installation the agent's commands run with, when they live under /tmp (a checkout or a venv
+    there)."""
+    kept = {*_installation(), root}
     kept = {path for path in kept if path.is_relative_to("/tmp") and path != Path("/tmp")}
     return sorted(path for path in kept if not any(path != other and path.is_relative_to(other) for other in kept))
 
