@@ -232,7 +232,7 @@ def _walk(folder: str, prefix: str, stamps: dict[str, Stamp]) -> None:
             _stamp(entry.path, prefix + name, stamps)
             continue
         if not stat.S_ISDIR(st.st_mode):
-            stamps[prefix + name] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+            stamps[prefix + name] = _of(st)
 
 
 def _add(path: str, rel: str, stamps: dict[str, Stamp]) -> None:
@@ -250,7 +250,11 @@ def _stamp(path: str, rel: str, stamps: dict[str, Stamp]) -> None:
         except OSError:
             return
     if not stat.S_ISDIR(st.st_mode):
-        stamps[rel] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+        stamps[rel] = _of(st)
+
+
+def _of(st: os.stat_result) -> Stamp:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
 
 
 def _in_state(rel: str) -> bool:
