@@ -103,6 +103,26 @@ def test_sigint_cancels_a_run_and_kills_its_processes(proj, server):
     assert json.loads(proj.cli("runs", "--json").output)[-1]["outcome"] == "cancelled"
 
 
+def test_sigint_while_the_first_reply_is_out_cancels_the_run_and_its_attempt(proj, server):
+    """The first model call goes out before the run sets up; a Ctrl-C while it is out still ends the run and
+    its first attempt `cancelled`, and leaves no claim behind."""
+    proj.goal("slow", prompt="wait")
+    server.add({"content": "too late", "delay": 60})
+    proc = proj.popen("goal", "slow", "--json", stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not server.requests and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, _ = proc.communicate(timeout=60)
+    out = json.loads(stdout)
+    assert proc.returncode == 130 and (out["outcome"], out["stop_reason"], out["attempts"]) == ("cancelled",) * 2 + (1,)
+    shown = proj.cli_json("show", out["run_id"])
+    events = shown["transcript"]
+    assert [e["attempt"] for e in events if e["kind"] == "attempt"] == [1]
+    assert [e["reason"] for e in events if e["kind"] == "stopped"] == ["cancelled"]
+    assert not list((proj.root / ".runner/tamper").glob("*.json"))
+
+
 @pytest.mark.skipif(
     shutil.which("bwrap") is None and os.environ.get("CI") != "true", reason="bubblewrap is not installed"
 )

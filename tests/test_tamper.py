@@ -181,33 +181,31 @@ def test_the_state_folder_is_never_fingerprinted(proj, server):
 
 
 def two_goals(proj, server, *, b_check: str, clash: bool = True) -> None:
-    """`calc` protects tests/test_calc.py (its check reads it); `tests` writes it, as its task says."""
+    """`calc` protects tests/test_calc.py (its check reads it); `tests` writes it, as its task says. With
+    `clash`, calc's checks end only once some run of the project waits for a claim (or after 60 s): calc
+    holds its claim until the other run has had to wait for it."""
     proj.write("src/calc.py", CALC)
     proj.write("tests/test_calc.py", TEST)
     proj.write("tests/test_other.py", "def test_nothing():\n    pass\n")
     proj.write("verifiers/unit.py", UNIT)
+    proj.write("verifiers/other_waits.py", OTHER_WAITS)
     fix = {"tool_calls": [call("write_file", path="src/calc.py", content=FIXED)]}
-    first = once_the_other_waits(proj, fix) if clash else fix
-    calc_model = {"name": "test-model", "base_url": server.session([first, done()])}
-    proj.goal("calc", prompt="fix calc", model=calc_model, verify={"checks": [{"run": VERIFIER}]})
+    calc_model = {"name": "test-model", "base_url": server.session([fix, done()])}
+    checks = [{"run": "python3 verifiers/other_waits.py"}] if clash else []
+    proj.goal("calc", prompt="fix calc", model=calc_model, verify={"checks": [*checks, {"run": VERIFIER}]})
     better = TEST + "\n\ndef test_zero():\n    assert add(0, 0) == 0\n"
     write = {"tool_calls": [call("write_file", path="tests/test_calc.py", content=better)]}
     tests_model = {"name": "test-model", "base_url": server.session([write, done()]), "max_retries": 0}
     proj.goal("tests", prompt="add a test", model=tests_model, verify={"checks": [{"run": b_check}]})
 
 
-def once_the_other_waits(proj, reply: dict):
-    """A scripted reply that comes once some run of the project waits for a claim (or after 60 s)."""
-
-    def answer(request: dict) -> dict:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if any("claim_wait" in t.read_text() for t in proj.root.glob(".runner/runs/*/transcript.jsonl")):
-                break
-            time.sleep(0.05)
-        return reply
-
-    return answer
+OTHER_WAITS = """import glob, time
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    if any("claim_wait" in open(path).read() for path in glob.glob(".runner/runs/*/transcript.jsonl")):
+        break
+    time.sleep(0.05)
+"""
 
 
 async def both(proj) -> list[dict]:
@@ -225,6 +223,28 @@ def test_two_runs_whose_paths_clash_take_turns_and_keep_each_others_work(proj, s
     assert "test_zero" in (proj.root / "tests/test_calc.py").read_text()  # the second goal's work is kept
     waits = [e for run in (calc, tests) for e in run["events"] if e["kind"] == "claim_wait"]
     assert len(waits) == 1
+
+
+def test_a_run_waiting_for_a_claim_holds_its_first_reply_and_the_wait_is_not_work_time(proj, server):
+    """A run sends its first model call before it claims its paths; when another run holds a clashing claim it
+    waits with the reply in hand, and the wait does not count against its attempt's time limit (2 s here)."""
+    proj.write("src/calc.py", CALC)
+    proj.write("tests/test_calc.py", TEST)
+    proj.write("verifiers/unit.py", UNIT)
+    fix = {"tool_calls": [call("write_file", path="src/calc.py", content=FIXED)]}
+    hold = "python3 -c 'import time; time.sleep(3)'"  # calc's checks hold its claim for 3 s
+    calc_model = {"name": "test-model", "base_url": server.session([fix, done()])}
+    proj.goal("calc", prompt="fix calc", model=calc_model, verify={"checks": [{"run": hold}, {"run": VERIFIER}]})
+    better = TEST + "\n\ndef test_zero():\n    assert add(0, 0) == 0\n"
+    write = {"tool_calls": [call("write_file", path="tests/test_calc.py", content=better)], "delay": 0.5}
+    tests_model = {"name": "test-model", "base_url": server.session([write, done()])}
+    proj.goal(
+        "tests", prompt="add a test", model=tests_model, limits={"timeout": 2}, verify={"checks": [{"run": "true"}]}
+    )
+    calc, tests = asyncio.run(both(proj))
+    assert (calc["outcome"], tests["outcome"]) == ("achieved", "achieved"), tests["events"][-3:]
+    assert [e["kind"] for e in tests["events"]].count("claim_wait") == 1
+    assert "test_zero" in (proj.root / "tests/test_calc.py").read_text()
 
 
 def test_two_runs_that_do_not_clash_run_side_by_side(proj, server):

@@ -23,9 +23,10 @@ from ..vocabulary import Event, Outcome
 from ..work import Model, Observer, Toolbox, WorkLoop, WorkResult, ignore
 from ..work.cost import Pricer
 from ..work.loop import READ_ONLY
+from ..work.model import Reply
 from ..work.tools.paths import PathGuard
 from ..work.tools.process import run_env, run_process, scrub_env, spawned
-from ..work.tools.sandbox import contained, sandbox_status
+from ..work.tools.sandbox import contained, jail_refused, sandbox_status
 from .approval import StoreApprover
 from .changes import Changes, listing
 from .checks import Approver, CheckContext, CheckResult, run_checks
@@ -157,6 +158,34 @@ def _writable(goal: Goal) -> Any:
     return writable
 
 
+@dataclass
+class FirstCall:
+    """The first attempt's first model call, sent before the run sets up (see Verifier._ask_first)."""
+
+    messages: list[dict[str, Any]]
+    schemas: list[dict[str, Any]]
+    reply: asyncio.Future[Reply]
+    sent: float
+    answered: float | None = None
+
+    def __post_init__(self) -> None:
+        self.reply.add_done_callback(lambda _: setattr(self, "answered", time.monotonic()))
+
+    def started(self) -> float:
+        """When the attempt started, for its time limit: the model's time for this reply counts, a wait for
+        another run's claim after it does not."""
+        if self.answered is None:
+            return self.sent
+        return time.monotonic() - (self.answered - self.sent)
+
+    def discard(self) -> None:
+        """Cancel the call if it is still out; a reply nobody used is dropped, its error too."""
+        if not self.reply.done():
+            self.reply.cancel()
+        elif not self.reply.cancelled():
+            self.reply.exception()
+
+
 class Verifier:
     def __init__(self, goal: Goal, store: Store, result: RunResult, record: Observer, approver: Approver | None):
         self.goal, self.store, self.result, self.record, self.approver = goal, store, result, record, approver
@@ -171,6 +200,7 @@ class Verifier:
         self.trigger_block: str | None = None
         self.resume: Resume | None = None
         self.told_waiting = False
+        self.first_call: FirstCall | None = None
 
     async def run(self, checks_first: bool) -> RunResult:
         goal = self.goal
@@ -187,24 +217,55 @@ class Verifier:
             if not self.pricer.known:
                 self.record(Event.PRICE_UNKNOWN, {"model": goal.model.name, "reason": self.pricer.unknown})
             self.judge = Model.open(goal.judge_model, goal.root) if goal.judge_model else self.model
+            await self._ask_first(first_feedback)
             async with claimed(goal, self.result.run_id, self._waiting), Toolbox.open(goal) as toolbox:
                 return await self._attempts(toolbox, first_feedback)
         except asyncio.CancelledError:
             if self.work is not None and self.work.result is not None:  # cancelled inside the work loop
                 self._end_attempt(self.result.attempts, self.work.result)
+            elif self.first_call is not None and self.result.attempts:  # cancelled while its first reply was out
+                self.record(Event.STOPPED, {"reason": "cancelled", "steps": 0, "tokens": 0})
+                self._end_attempt(self.result.attempts, WorkResult("cancelled", self.first_call.messages))
             return self._finish("cancelled", error="cancelled before the goal finished")
         except RunnerError as exc:
             return self._finish("error", error=str(exc))
         except Exception as exc:  # the last resort: a bug or a failing disk still ends the run with an outcome
             return self._finish("error", error=unexpected(exc))
         finally:
+            if self.first_call is not None:
+                self.first_call.discard()
             for model in {id(m): m for m in (self.model, self.judge) if m is not None}.values():
                 await model.aclose()
+
+    async def _ask_first(self, first_feedback: str | None) -> None:
+        """Send the first attempt's first model call before the run sets up, and wait for its reply: the claim,
+        the jail and the snapshot are made once the model has answered, before any tool runs. A burst of runs
+        so gets every first request out before any of them spends its CPU on set-up (the sandbox set-up of
+        200 runs otherwise stands between the first request and the last).
+
+        Not for a continued run, nor a goal with MCP servers (their tools are known once they run), nor one
+        whose required jail cannot run (it ends `error` without a call). A run that must wait for another
+        run's claim waits with its reply in hand."""
+        goal = self.goal
+        schemas = None if self.resume is not None or jail_refused(goal) else Toolbox.schemas_of(goal)
+        if schemas is None:
+            return
+        assert self.model is not None
+        messages = self._conversation(first_feedback)
+        self._begin_attempt(1, goal.verify.max_attempts)
+        self.record(Event.STEP, {"step": 1})
+        call = asyncio.ensure_future(self.model.chat(messages, schemas))
+        self.first_call = FirstCall(messages, schemas, call, time.monotonic())
+        await asyncio.wait([call], timeout=goal.limits.timeout)  # past it, the work loop stops with `timeout`
 
     async def _attempts(self, toolbox: Toolbox, first_feedback: str | None) -> RunResult:
         """Work, then check, up to max_attempts; the outcome of the run."""
         goal, verify = self.goal, self.goal.verify
-        messages = self._resumed() if self.resume is not None else self._conversation(first_feedback)
+        early = self.first_call
+        if early is not None:
+            messages = early.messages
+        else:
+            messages = self._resumed() if self.resume is not None else self._conversation(first_feedback)
         first = self.resume.first_attempt if self.resume is not None else 1
         last = first + verify.max_attempts - 1
         if verify.checks and last > first:
@@ -212,7 +273,9 @@ class Verifier:
         failing: list[tuple[Any, ...]] = []
         snapshot: Snapshot | None = None
         for attempt in range(first, last + 1):
-            self._begin_attempt(attempt, last)
+            answered = early if early is not None and attempt == first else None  # begun in _ask_first
+            if answered is None:
+                self._begin_attempt(attempt, last)
             snapshot = snapshot or Snapshot.take(goal)  # kept across attempts: a change between them counts too
             assert self.model is not None
             after_feedback = attempt > first or first_feedback is not None
@@ -220,9 +283,13 @@ class Verifier:
             need = self.feedback.need if attempt > first else ""
             nudge = prompts.NUDGE.format(tools=acting, need=need) if verify.nudge and after_feedback else None
             self.work = WorkLoop(self.model, toolbox, goal.limits, self.record, self.pricer, nudge=nudge)
+            if answered is not None and answered.schemas == toolbox.schemas:  # else asked again, with the tools
+                self.work.first, self.work.started = answered.reply, answered.started()
             before = listing(goal.workpath) if verify.checks and attempt < last else None  # for the feedback
             async with contained(self.result.run_id):  # every process the attempt started is gone before the checks
                 work = await self.work.run(messages)
+            if answered is not None:
+                answered.discard()  # unused only when the attempt stopped before its first step
             after = listing(goal.workpath) if before is not None else None
             changes = Changes.between(before, after) if before is not None and after is not None else None
             self._end_attempt(attempt, work)

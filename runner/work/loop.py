@@ -72,6 +72,9 @@ class WorkLoop:
     nudge: str | None = None
     """Said once when the model ends its turn having changed nothing in this attempt; None: the turn ends it."""
     started: float = field(default_factory=time.monotonic)
+    first: asyncio.Future[Reply] | None = None
+    """The first call's reply when it was asked already (the verify loop sends it, and tells its step, before
+    the run sets up)."""
     result: WorkResult | None = None
     """The attempt so far, readable by the caller even when the loop is cancelled."""
     _acted: bool = field(default=False, init=False, repr=False)
@@ -88,7 +91,8 @@ class WorkLoop:
                     result.stop_reason = stop
                     break
                 result.steps += 1
-                self.observe(Event.STEP, {"step": result.steps})
+                if self.first is None:  # a call asked already was told as step 1 when it went out
+                    self.observe(Event.STEP, {"step": result.steps})
                 reply = await self._within_time(self._ask(messages))
                 result.tokens += reply.tokens
                 cost = self._price(result, reply)
@@ -128,6 +132,9 @@ class WorkLoop:
     async def _ask(self, messages: list[dict[str, Any]]) -> Reply:
         """One model call; the turn right after the nudge asks for a tool call (`tool_choice: required`),
         and a provider that refuses that field is asked again without it."""
+        if self.first is not None:
+            first, self.first = self.first, None
+            return await first
         if not self._force_tool:
             return await self.model.chat(messages, self.toolbox.schemas)
         self._force_tool = False

@@ -35,10 +35,7 @@ class Tool:
 
     @property
     def schema(self) -> dict[str, Any]:
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
-        }
+        return _schema(self.name, self.description, self.parameters)
 
     def validate(self, arguments: Any) -> str | None:
         """The first schema violation, in words, or None."""
@@ -67,8 +64,15 @@ class Toolbox:
         box = PathGuard.for_goal(goal)
         environ = scrub_env(goal.env, env)
         jail = jail or Jail.for_goal(goal)
-        entries = goal.tools if goal.tools is not None else [ToolEntry(name=n) for n in BUILTIN_TOOLS]
-        return cls([_build(entry, box, environ, jail) for entry in entries if not is_mcp_tool(entry.name)])
+        return cls([_build(entry, box, environ, jail) for entry in _local(goal)])
+
+    @staticmethod
+    def schemas_of(goal: Goal) -> list[dict[str, Any]] | None:
+        """The schemas the goal's opened toolbox will show the model, known before it opens (nothing started,
+        nothing jailed); None when the goal has MCP servers, whose tools are known once they run."""
+        if goal.mcp:
+            return None
+        return [_schema(entry.name, *_spec(entry)) for entry in _local(goal)]
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -106,6 +110,12 @@ class Toolbox:
             return f"error: {name} failed: {type(exc).__name__}: {exc}"
 
 
+def _local(goal: Goal) -> list[ToolEntry]:
+    """The goal's built-in and command tools, in the order it lists them (all six built-ins by default)."""
+    entries = goal.tools if goal.tools is not None else [ToolEntry(name=n) for n in BUILTIN_TOOLS]
+    return [entry for entry in entries if not is_mcp_tool(entry.name)]
+
+
 def describe_call(name: str, raw_arguments: str) -> str:
     """A one-line summary of a call for people: `shell: pytest -q`, `write_file: haiku.txt`."""
     try:
@@ -122,28 +132,46 @@ def describe_call(name: str, raw_arguments: str) -> str:
 
 
 def _build(entry: ToolEntry, box: PathGuard, environ: dict[str, str], jail: Jail) -> Tool:
+    description, parameters = _spec(entry)
     if entry.run is not None:
-        run = partial(_run_command, entry, box, environ, jail)
-        return Tool(entry.name, entry.description or entry.name, entry.parameters, run)
+        return Tool(entry.name, description, parameters, partial(_run_command, entry, box, environ, jail))
     if entry.name == "shell":
-        parameters = {
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "description": "a /bin/sh command, run in the working directory"},
-                "timeout": {"type": "number", "exclusiveMinimum": 0, "description": "seconds; default 120"},
-            },
-            "required": ["command"],
-        }
-        description = "Run a shell command in the working directory; returns its exit code and output."
         return Tool("shell", description, parameters, partial(_run_shell, box, environ, jail))
-    description, properties, required = files.SCHEMAS[entry.name]
-    parameters = {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
     sync = getattr(files, entry.name)
 
     async def run(**arguments: Any) -> str:
         return await files.off_loop(sync, box, **arguments)
 
     return Tool(entry.name, description, parameters, run)
+
+
+SHELL_PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "command": {"type": "string", "description": "a /bin/sh command, run in the working directory"},
+        "timeout": {"type": "number", "exclusiveMinimum": 0, "description": "seconds; default 120"},
+    },
+    "required": ["command"],
+}
+
+
+def _schema(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+
+
+def _spec(entry: ToolEntry) -> tuple[str, dict[str, Any]]:
+    """A local tool's description and parameters, as the model sees them."""
+    if entry.run is not None:
+        return entry.description or entry.name, entry.parameters
+    if entry.name == "shell":
+        return "Run a shell command in the working directory; returns its exit code and output.", SHELL_PARAMETERS
+    description, properties, required = files.SCHEMAS[entry.name]
+    return description, {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
 
 
 async def _run_shell(

@@ -75,6 +75,15 @@ def sandbox_status(goal: Goal) -> str:
         return f"sandbox: error: {exc}"
 
 
+def jail_refused(goal: Goal) -> str | None:
+    """Why the goal cannot run here at all (`sandbox: bwrap` where bwrap cannot run), or None."""
+    try:
+        _status(goal, _why_not(goal))
+    except SandboxError as exc:
+        return str(exc)
+    return None
+
+
 def _status(goal: Goal, why_not: str | None) -> str:
     """Jailed, or off and why (without building the jail's bind list); SandboxError when bwrap is required."""
     if why_not is None:
