@@ -19,7 +19,7 @@ from .. import notify, prompts
 from ..config import Check, Goal, NotifyTarget
 from ..errors import RunnerError
 from ..store import Store, now
-from ..vocabulary import Event, Outcome
+from ..vocabulary import Event, Outcome, StopReason
 from ..work import Model, Observer, Toolbox, WorkLoop, WorkResult, ignore
 from ..work.cost import Pricer
 from ..work.loop import READ_ONLY
@@ -201,6 +201,7 @@ class Verifier:
         self.resume: Resume | None = None
         self.told_waiting = False
         self.first_call: FirstCall | None = None
+        self.attempt_open = False
 
     async def run(self, checks_first: bool) -> RunResult:
         goal = self.goal
@@ -223,13 +224,15 @@ class Verifier:
         except asyncio.CancelledError:
             if self.work is not None and self.work.result is not None:  # cancelled inside the work loop
                 self._end_attempt(self.result.attempts, self.work.result)
-            elif self.first_call is not None and self.result.attempts:  # cancelled while its first reply was out
-                self.record(Event.STOPPED, {"reason": "cancelled", "steps": 0, "tokens": 0})
-                self._end_attempt(self.result.attempts, WorkResult("cancelled", self.first_call.messages))
+            else:  # between an attempt's start and its work loop (its first reply out, waiting for a claim)
+                self._end_open_attempt("cancelled")
             return self._finish("cancelled", error="cancelled before the goal finished")
         except RunnerError as exc:
+            self._end_open_attempt("error", str(exc))
             return self._finish("error", error=str(exc))
         except Exception as exc:  # the last resort: a bug or a failing disk still ends the run with an outcome
+            with contextlib.suppress(Exception):
+                self._end_open_attempt("error", unexpected(exc))
             return self._finish("error", error=unexpected(exc))
         finally:
             if self.first_call is not None:
@@ -369,12 +372,20 @@ class Verifier:
         return messages
 
     def _begin_attempt(self, attempt: int, last: int) -> None:
+        self.attempt_open = True
         self.result.attempts = attempt
         self.store.record_attempt(self.result.run_id, attempt)
         self.store.update_run(self.result.run_id, attempts=attempt)
         self.record(Event.ATTEMPT, {"attempt": attempt, "of": last})
 
+    def _end_open_attempt(self, reason: StopReason, error: str | None = None) -> None:
+        """End an attempt that began but whose work loop never ran, so that no attempt is left without an end."""
+        if self.attempt_open:
+            self.record(Event.STOPPED, {"reason": reason, "steps": 0, "tokens": 0, "error": error})
+            self._end_attempt(self.result.attempts, WorkResult(reason, [], error=error))
+
     def _end_attempt(self, attempt: int, work: WorkResult) -> None:
+        self.attempt_open = False
         self.work = None
         result = self.result
         result.steps += work.steps
