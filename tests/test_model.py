@@ -119,3 +119,36 @@ def test_usage_is_recorded_per_step_and_per_run(proj, server):
     shown = proj.cli_json("show", out["run_id"])
     steps = [e["usage"]["total_tokens"] for e in shown["transcript"] if e["kind"] == "reply"]
     assert steps == [15, 27] and shown["tokens"] == 42 and shown["attempt_rows"][0]["tokens"] == 42
+
+
+def test_a_local_endpoint_found_listening_is_probed_once_for_a_burst_then_again(monkeypatch):
+    """A loopback endpoint is probed (one connection) before a run, so that nothing listening is one clear
+    line rather than retries; a burst of runs probes it once, and a later run sees it gone."""
+    import threading
+    import time
+
+    from runner.work import model
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    assert [model.refused_on_this_machine(url) for _ in range(50)] == [None] * 50
+    time.sleep(0.2)
+    assert len(accepted) == 1
+    listener.shutdown(socket.SHUT_RDWR)  # wakes the accept; a bare close would leave it listening
+    listener.close()
+    for sock in accepted:
+        sock.close()
+    monkeypatch.setattr(model, "LISTENING_FOR", 0.0)  # the window has passed
+    assert "nothing listens there" in (model.refused_on_this_machine(url) or "")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -349,22 +350,31 @@ def _blank_initial(name: str) -> None:
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
+LISTENING_FOR = 5.0
+"""Seconds a loopback endpoint found listening is not asked again (a burst of runs probes it once)."""
+_listening: dict[tuple[str, int], float] = {}
+
+
 def refused_on_this_machine(base_url: str | None) -> str | None:
     """Why a loopback endpoint cannot be reached, if it refuses connections: nothing listens, so retrying
-    with backoff only delays the same answer (a remote endpoint keeps its retries)."""
+    with backoff only delays the same answer (a remote endpoint keeps its retries). One that answered in
+    the last LISTENING_FOR seconds is taken to listen still."""
     import socket
 
     parts = urlsplit(base_url or "")
     if parts.hostname not in LOOPBACK:
         return None
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        socket.create_connection((parts.hostname, port), timeout=1).close()
+        where = (parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+        if time.monotonic() - _listening.get(where, -LISTENING_FOR) < LISTENING_FOR:
+            return None
+        socket.create_connection(where, timeout=1).close()
     except ConnectionRefusedError:
         url = redact_url(base_url or "")
         return f"cannot connect to {url}: nothing listens there (connection refused; 0 retries: it is this machine)"
     except (OSError, ValueError):
         return None
+    _listening[where] = time.monotonic()
     return None
 
 
