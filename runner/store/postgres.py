@@ -211,6 +211,7 @@ class Writer(threading.Thread):
 
 
 TRANSCRIPT_INSERT = "INSERT INTO runner_transcripts (run_id, event) VALUES (%s, %s)"
+"""A transcript row as queued for the writer, which sends a batch of them with TRANSCRIPT_COPY instead."""
 TRANSCRIPT_COPY = "COPY runner_transcripts (run_id, event) FROM STDIN"
 """How the writer sends a batch's transcript rows: a quarter of the client CPU of the same rows as INSERTs."""
 

@@ -20,10 +20,9 @@ from ..config import Check, Goal, NotifyTarget
 from ..errors import RunnerError
 from ..store import Store, now
 from ..vocabulary import Event, Outcome, StopReason
-from ..work import Model, Observer, Toolbox, WorkLoop, WorkResult, ignore
+from ..work import Model, Observer, Reply, Toolbox, WorkLoop, WorkResult, ignore
 from ..work.cost import Pricer
 from ..work.loop import READ_ONLY
-from ..work.model import Reply
 from ..work.tools.paths import PathGuard
 from ..work.tools.process import run_env, run_process, scrub_env, spawned
 from ..work.tools.sandbox import contained, jail_refused, sandbox_status
