@@ -152,6 +152,48 @@ def test_the_cluster_connections_wake_only_for_the_server_and_still_answer_at_on
     assert delivered < 2 and cancelled < 2  # far under WAKE: the server and the loop end a wait, not a timer
 
 
+def test_the_queue_sends_one_statement_per_query_and_replaces_a_connection_the_server_dropped(url, monkeypatch):
+    """Procrastinate's pool checked every connection it handed out and wrapped each statement in BEGIN/COMMIT:
+    four round trips a query. runner's queue sends the statement alone, checks a connection only after it
+    rested RECHECK_AFTER seconds, and a connection the server dropped meanwhile is replaced, not an error."""
+    import asyncio
+
+    import psycopg
+    from psycopg_pool import AsyncConnectionPool
+
+    from runner.schedule import cluster
+
+    monkeypatch.setattr(cluster, "RECHECK_AFTER", 0.5)
+    checks = 0
+    check = AsyncConnectionPool.check_connection
+
+    async def counted(connection: Any) -> None:
+        nonlocal checks
+        checks += 1
+        await check(connection)
+
+    monkeypatch.setattr(AsyncConnectionPool, "check_connection", staticmethod(counted))
+
+    async def scenario() -> tuple[list[Any], int, Any]:
+        app = cluster.make_app(url)
+        async with app.open_async():
+            connector = app.connector
+            pids = [(await connector.execute_query_one_async("SELECT pg_backend_pid() AS pid"))["pid"]]
+            await connector.execute_query_async("CREATE TABLE alone (n integer)")
+            for _ in range(20):  # VACUUM refuses to run inside a transaction block
+                await connector.execute_query_async("VACUUM alone")
+            quick = checks
+            with psycopg.connect(url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
+            await asyncio.sleep(0.6)
+            pids.append((await connector.execute_query_one_async("SELECT pg_backend_pid() AS pid"))["pid"])
+            return pids, quick, checks
+
+    pids, quick, after_rest = asyncio.run(scenario())
+    assert quick == 0, f"{quick} checks for 22 queries in a row"
+    assert after_rest > quick and pids[1] != pids[0]  # looked at after its rest, found dropped, replaced
+
+
 def test_a_unreachable_server_is_one_line_without_the_password(proj):
     use_store(proj, "postgresql://someone:hunter2@127.0.0.1:9/nowhere")
     result = proj.subprocess("runs")

@@ -72,9 +72,49 @@ def make_app(url: str) -> Any:
     from ..store.postgres import quiet_connection, session
 
     connector = procrastinate.PsycopgConnector(
-        conninfo=url, min_size=1, max_size=10, kwargs=session(url), connection_class=quiet_connection()
+        conninfo=url,
+        min_size=1,
+        max_size=10,
+        kwargs=session(url),
+        connection_class=quiet_connection(),
+        pool_factory=_pool,
+        configure=_configure,
+        reset=_returned,
     )
     return procrastinate.App(connector=connector)
+
+
+async def _configure(connection: Any) -> None:
+    """A new connection: in autocommit, since Procrastinate's statements are one each (its functions do their
+    own locking) and each is then one round trip, not three (BEGIN, the statement, COMMIT); and as good as
+    checked, having just answered."""
+    await connection.set_autocommit(True)
+    connection.runner_returned = time.monotonic()
+
+
+RECHECK_AFTER = 2.0
+"""Seconds a pooled connection may rest before the pool asks the server whether it still answers."""
+
+
+def _pool(**args: Any) -> Any:
+    """Procrastinate's pool, checking a connection before handing it out only when it rested RECHECK_AFTER
+    seconds: it checks every one, a round trip to the server before each of a run's four queries."""
+    from psycopg_pool import AsyncConnectionPool
+
+    return AsyncConnectionPool(**{**args, "check": _check_rested})
+
+
+async def _returned(connection: Any) -> None:
+    connection.runner_returned = time.monotonic()
+
+
+async def _check_rested(connection: Any) -> None:
+    from psycopg.pq import TransactionStatus
+    from psycopg_pool import AsyncConnectionPool
+
+    idle = connection.pgconn.transaction_status == TransactionStatus.IDLE
+    if not idle or time.monotonic() - getattr(connection, "runner_returned", -RECHECK_AFTER) >= RECHECK_AFTER:
+        await AsyncConnectionPool.check_connection(connection)
 
 
 @dataclass
