@@ -35,7 +35,7 @@ from ..store.postgres import HOST, INSTALL_HINT, JOB, PostgresStore, redact
 from ..verify import settle_interrupted
 from ..work import warm_up
 from . import unattended
-from .daemon import NOTIFY_GRACE, Daemon, log_loop_error
+from .daemon import NOTIFY_GRACE, Daemon, freeze_start_up, log_loop_error
 from .triggers import time_trigger
 
 log = logging.getLogger("runner.daemon")
@@ -167,6 +167,7 @@ class Cluster(Daemon):
             self.listeners.append(asyncio.create_task(self.sweep_stalled()))
             self.worker = asyncio.create_task(self.work())
             self.stamp = self.config_stamp()
+            freeze_start_up()
             log.info(
                 "%s started on %s: %d goals, %d entries, max %d runs at once, store %s",
                 "daemon" if self.schedules else "worker",
