@@ -134,6 +134,27 @@ def test_a_signed_webhook_body_reaches_the_first_prompt_the_file_and_the_checks(
     assert "triggered by webhook" in proj.cli("show", run["run_id"]).output
 
 
+def test_trigger_json_is_left_beside_a_run_that_ended_before_it_set_up(proj):
+    """trigger.json is written once the first model call is out (not on the way to it, where a burst of runs
+    would wait on the disk); a run that never got that far still leaves it."""
+    import asyncio
+
+    from runner.config import load_goal, load_project
+    from runner.store import open_store
+    from runner.verify import run_goal
+
+    port = int(dead_url().rsplit(":", 1)[1].strip("/"))
+    proj.goal("g", prompt="p", model={"name": "m", "base_url": f"http://127.0.0.1:{port}/v1", "api_key_env": None})
+    project = load_project(proj.root)
+    store = open_store(project)
+    context = {"kind": "manual", "by": "a test", "payload": {"n": 1}}
+    result = asyncio.run(run_goal(load_goal(project, "g"), store, context=context))
+    store.close()
+    assert result.outcome == "error" and "nothing listens" in (result.error or "")
+    saved = json.loads((proj.root / ".runner" / "runs" / result.run_id / "trigger.json").read_text())
+    assert saved == context
+
+
 def test_pass_trigger_false_leaves_the_prompt_alone_and_a_payload_comes_by_hand(proj, server, daemons):
     proj.goal("triage", prompt="Triage.")
     proj.goal("report", prompt="Report.")

@@ -114,7 +114,7 @@ async def run_goal(
         verifier.targets = targets if targets is not None else goal.notify
         if context is not None:
             record(Event.TRIGGER, {"context": context})
-            run_env.set({"RUNNER_TRIGGER_FILE": str(write_context(store, run_id, context, goal.root))})
+            verifier.context = context  # trigger.json: written before the first tool or check (Verifier.run)
             verifier.trigger_block = prompt_block(context) if pass_trigger else None
         return await verifier.run(goal.verify.checks_first if checks_first is None else checks_first)
     except Exception as exc:  # recording itself failed (a full disk): the row still gets its outcome
@@ -197,6 +197,8 @@ class Verifier:
         self.entry_id: str | None = None
         self.targets: list[NotifyTarget] = []
         self.trigger_block: str | None = None
+        self.context: dict[str, Any] | None = None
+        """What triggered the run, for trigger.json; None once written (or when nothing did)."""
         self.resume: Resume | None = None
         self.told_waiting = False
         self.first_call: FirstCall | None = None
@@ -207,6 +209,7 @@ class Verifier:
         try:
             first_feedback = None
             if checks_first:
+                self._write_context()
                 results = await self._checks(0)
                 if all(r.passed for r in results):
                     return self._finish("satisfied")
@@ -218,6 +221,7 @@ class Verifier:
                 self.record(Event.PRICE_UNKNOWN, {"model": goal.model.name, "reason": self.pricer.unknown})
             self.judge = Model.open(goal.judge_model, goal.root) if goal.judge_model else self.model
             await self._ask_first(first_feedback)
+            self._write_context()
             async with claimed(goal, self.result.run_id, self._waiting), Toolbox.open(goal) as toolbox:
                 return await self._attempts(toolbox, first_feedback)
         except asyncio.CancelledError:
@@ -234,10 +238,22 @@ class Verifier:
                 self._end_open_attempt("error", unexpected(exc))
             return self._finish("error", error=unexpected(exc))
         finally:
+            if self.context is not None:  # the run ended before it set up: the file is still left for the user
+                with contextlib.suppress(OSError):
+                    self._write_context()
             if self.first_call is not None:
                 self.first_call.discard()
             for model in {id(m): m for m in (self.model, self.judge) if m is not None}.values():
                 await model.aclose()
+
+    def _write_context(self) -> None:
+        """Write trigger.json and name it in RUNNER_TRIGGER_FILE for the run's processes (the jail binds it),
+        once, before the first check or tool runs: a file created on the way to the first call would hold
+        back every run of a burst behind it."""
+        if self.context is not None:
+            context, self.context = self.context, None
+            path = write_context(self.store, self.result.run_id, context, self.goal.root)
+            run_env.set({"RUNNER_TRIGGER_FILE": str(path)})
 
     async def _ask_first(self, first_feedback: str | None) -> None:
         """Send the first attempt's first model call before the run sets up, and wait for its reply: the claim,
