@@ -360,7 +360,8 @@ async def claimed(goal: Goal, run_id: str, waiting: Callable[[list[str]], None])
 
 def _try_claim(folder: Path, claim: Claim) -> tuple[list[str], int | None]:
     """Under the project's claim mutex: the runs that clash with `claim`, or none and the held claim file."""
-    folder.mkdir(parents=True, exist_ok=True)
+    if not folder.is_dir():  # a mkdir of a folder that exists costs as much as making it on some disks
+        folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".mutex", "a") as mutex:
         fcntl.flock(mutex, fcntl.LOCK_EX)
         clashing = [other.run_id for other in _live_claims(folder, claim)]

@@ -84,7 +84,7 @@ class Toolbox:
         """
         chosen = None if goal.tools is None else [entry.name for entry in goal.tools]
         jail = Jail.for_goal(goal)
-        async with open_servers(goal.mcp, chosen, goal.workpath, jail.prefix) as remote:
+        async with open_servers(goal.mcp, chosen, goal.workpath, jail.prefix if goal.mcp else ()) as remote:
             local = cls.for_goal(goal, jail=jail).tools.values()
             yield cls([*local, *(Tool(t.name, t.description, t.parameters, t.run, t.validator()) for t in remote)])
 

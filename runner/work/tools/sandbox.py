@@ -45,18 +45,22 @@ _probes: dict[str, str | None] = {}
 """bwrap path -> None when it works, else why not (probed once per process)."""
 
 
-@dataclass(frozen=True)
 class Jail:
-    """The argv prefix of a goal's jailed processes; empty when the sandbox is off."""
+    """The argv prefix of a goal's jailed processes; empty when the sandbox is off. The bind list is made when
+    the first process needs it (a run whose tools start none never stats its protected paths for it)."""
 
-    prefix: tuple[str, ...]
-    status: str
+    def __init__(self, goal: Goal | None, status: str) -> None:
+        self.goal, self.status = goal, status
 
     @classmethod
     def for_goal(cls, goal: Goal) -> Jail:
         """Raises SandboxError when the goal requires bwrap (`sandbox: bwrap`) and it cannot run."""
         why_not = _why_not(goal)
-        return cls(tuple(_bwrap_argv(goal)) if why_not is None else (), _status(goal, why_not))
+        return cls(goal if why_not is None else None, _status(goal, why_not))
+
+    @functools.cached_property
+    def prefix(self) -> tuple[str, ...]:
+        return tuple(_bwrap_argv(self.goal)) if self.goal is not None else ()
 
     def wrap(self, argv: Sequence[str]) -> list[str]:
         return [*self.prefix, *argv]
