@@ -49,7 +49,7 @@ DETACH = {
     "setsid": "setsid sleep {mark} >/dev/null 2>&1 &",
     "subshell": "(sleep {mark} >/dev/null 2>&1 &)",
     "double fork": (
-        'python3 -c "import os; os.fork() or (os.setsid(), os.fork() or os.execlp(\'sleep\', \'sleep\', \'{mark}\'))"'
+        "python3 -c \"import os; os.fork() or (os.setsid(), os.fork() or os.execlp('sleep', 'sleep', '{mark}'))\""
         " >/dev/null 2>&1"
     ),
     "scrubbed env": "env -i /usr/bin/setsid sleep {mark} >/dev/null 2>&1 &",
@@ -61,7 +61,9 @@ def test_detached_processes_are_gone_before_the_checks(proj, server, mode, how):
     mark = f"300.{abs(hash((how, mode))) % 10**6}"
     proj.write("verifiers/alive.py", ALIVE)
     out, output = attack(
-        proj, server, DETACH[how].format(mark=mark) + "\nsleep 0.2\necho started",
+        proj,
+        server,
+        DETACH[how].format(mark=mark) + "\nsleep 0.2\necho started",
         checks=[{"run": f"python3 verifiers/alive.py {mark}"}],
     )
     assert "started" in output
@@ -134,6 +136,32 @@ def test_fifos_devices_and_huge_files_are_refused_not_read(tmp_path):
     if os.geteuid() == 0:
         os.mknod(tmp_path / "zero", 0o666 | 0o020000, os.makedev(1, 5))  # a character device: /dev/zero
         assert "not a regular file" in use(box, "read_file", path="zero")
+
+
+def test_one_small_file_is_read_and_written_on_the_event_loop_anything_bigger_in_a_thread(tmp_path, monkeypatch):
+    """A hundred runs of a daemon each reading a small file: a thread per call waits 15-30 ms for the GIL."""
+    threaded: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(tool, *args, **kwargs):
+        threaded.append(tool.__name__)
+        return await to_thread(tool, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    (tmp_path / "note.txt").write_text("a note\n")
+    (tmp_path / "big.txt").write_text("line\n" * 60_000)  # 300 KB
+    os.mkfifo(tmp_path / "pipe")
+    box = toolbox(tmp_path)
+    assert use(box, "read_file", path="note.txt") == "a note\n"
+    assert use(box, "write_file", path="new.txt", content="hi\n").startswith("wrote 3 bytes")
+    assert use(box, "edit_file", path="new.txt", old_text="hi", new_text="ho") == "edited new.txt"
+    assert "does not exist" in use(box, "read_file", path="missing.txt")
+    assert threaded == []
+    assert use(box, "read_file", path="big.txt", limit=2) == "line\nline\n[59998 more lines: read on with offset=3]"
+    assert use(box, "write_file", path="large.txt", content="x" * 100_000).startswith("wrote 100000 bytes")
+    assert "not a regular file" in use(box, "read_file", path="pipe")
+    assert threaded == ["read_file", "write_file", "read_file"]
+    assert (tmp_path / "new.txt").read_text() == "ho\n" and (tmp_path / "large.txt").stat().st_size == 100_000
 
 
 def test_a_catastrophic_regex_is_stopped_and_the_event_loop_keeps_running(tmp_path, monkeypatch):
