@@ -154,8 +154,8 @@ def test_the_cluster_connections_wake_only_for_the_server_and_still_answer_at_on
 
 def test_the_queue_sends_one_statement_per_query_and_replaces_a_connection_the_server_dropped(url, monkeypatch):
     """Procrastinate's pool checked every connection it handed out and wrapped each statement in BEGIN/COMMIT:
-    four round trips a query. runner's queue sends the statement alone, checks a connection only after it
-    rested RECHECK_AFTER seconds, and a connection the server dropped meanwhile is replaced, not an error."""
+    four round trips a query. runner's queue sends the statement alone and checks a connection only after it
+    rested RECHECK_AFTER seconds or when the server let it go (then it is replaced, not an error)."""
     import asyncio
 
     import psycopg
@@ -174,7 +174,7 @@ def test_the_queue_sends_one_statement_per_query_and_replaces_a_connection_the_s
 
     monkeypatch.setattr(AsyncConnectionPool, "check_connection", staticmethod(counted))
 
-    async def scenario() -> tuple[list[Any], int, Any]:
+    async def scenario() -> tuple[list[Any], int, int, int]:
         app = cluster.make_app(url)
         async with app.open_async():
             connector = app.connector
@@ -183,15 +183,22 @@ def test_the_queue_sends_one_statement_per_query_and_replaces_a_connection_the_s
             for _ in range(20):  # VACUUM refuses to run inside a transaction block
                 await connector.execute_query_async("VACUUM alone")
             quick = checks
-            with psycopg.connect(url, autocommit=True) as admin:
-                admin.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
-            await asyncio.sleep(0.6)
+            with psycopg.connect(url, autocommit=True) as admin:  # a restart, for this database
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            await asyncio.sleep(0.2)  # under RECHECK_AFTER: the pool sees the server's goodbye on the socket
             pids.append((await connector.execute_query_one_async("SELECT pg_backend_pid() AS pid"))["pid"])
-            return pids, quick, checks
+            await asyncio.sleep(0.6)
+            rested = checks
+            await connector.execute_query_async("SELECT 1")
+            return pids, quick, rested, checks
 
-    pids, quick, after_rest = asyncio.run(scenario())
+    pids, quick, dropped, rested = asyncio.run(scenario())
     assert quick == 0, f"{quick} checks for 22 queries in a row"
-    assert after_rest > quick and pids[1] != pids[0]  # looked at after its rest, found dropped, replaced
+    assert dropped >= 1 and pids[1] != pids[0]  # looked at, found gone, replaced: no error
+    assert rested > dropped  # a connection that rested is asked once more
 
 
 def test_a_unreachable_server_is_one_line_without_the_password(proj):
@@ -330,6 +337,29 @@ def test_runner_trigger_reaches_one_daemon_of_many(proj, db, cluster):
     assert [r["trigger"] for r in store.runs()] == ["manual"]
     for daemon in daemons:
         assert daemon.stop() == 0
+
+
+def test_a_daemon_goes_on_after_the_server_dropped_every_connection(proj, db, cluster):
+    """A PostgreSQL restart under a daemon left alone: its store and queue connect again, and the next trigger
+    runs (the daemon used to stay up but fail every poll on its closed connection, and stop taking triggers)."""
+    import psycopg
+
+    monitor(proj, "manual")
+    daemon = cluster("daemon")
+    store = daemon.store()
+    assert proj.subprocess("trigger", "manual").returncode == 0
+    daemon.wait_for("the first run", lambda: [r for r in store.runs() if r["ended"]])
+    with psycopg.connect(db, autocommit=True) as admin:
+        gone = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()[0]
+    assert gone >= 3  # the daemon's store, writer and queue connections, and the test's own store
+    time.sleep(0.3)
+    assert proj.subprocess("trigger", "manual").returncode == 0
+    runs = daemon.wait_for("the run after the drop", lambda: [r for r in daemon.store().runs() if r["ended"]][1:])
+    assert runs[0]["outcome"] == "satisfied"
+    assert daemon.stop() == 0
 
 
 def test_a_burst_of_triggers_in_one_poll_is_one_job_per_goal_and_every_extra_one_a_recorded_skip(proj, db, cluster):

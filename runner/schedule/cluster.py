@@ -31,7 +31,7 @@ from .. import notify
 from ..config import Entry, Goal
 from ..errors import DaemonError
 from ..store import now
-from ..store.postgres import HOST, INSTALL_HINT, JOB, PostgresStore, redact
+from ..store.postgres import HOST, INSTALL_HINT, JOB, PostgresStore, dropped, redact
 from ..verify import settle_interrupted
 from ..work import warm_up
 from . import unattended
@@ -109,11 +109,13 @@ async def _returned(connection: Any) -> None:
 
 
 async def _check_rested(connection: Any) -> None:
+    """A round trip only for a connection that rested, or that the server let go meanwhile (a restart: a
+    statement on it would fail, and a failed fetch stops Procrastinate's worker)."""
     from psycopg.pq import TransactionStatus
     from psycopg_pool import AsyncConnectionPool
 
-    idle = connection.pgconn.transaction_status == TransactionStatus.IDLE
-    if not idle or time.monotonic() - getattr(connection, "runner_returned", -RECHECK_AFTER) >= RECHECK_AFTER:
+    rested = time.monotonic() - getattr(connection, "runner_returned", -RECHECK_AFTER) >= RECHECK_AFTER
+    if rested or connection.pgconn.transaction_status != TransactionStatus.IDLE or dropped(connection):
         await AsyncConnectionPool.check_connection(connection)
 
 

@@ -16,9 +16,11 @@ import json
 import os
 import queue
 import re
+import select
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
@@ -131,6 +133,18 @@ def quiet_connection() -> type:
     return QuietConnection
 
 
+def dropped(connection: Any) -> bool:
+    """Whether the server let an idle connection go (a restart, pg_terminate_backend): its socket holds the
+    goodbye or the end while nothing was asked. One look at the socket, no round trip."""
+    if connection.closed:
+        return True
+    try:
+        readable, _, _ = select.select([connection.pgconn.socket], [], [], 0)
+    except (OSError, ValueError, psycopg_module().Error):
+        return True
+    return bool(readable)
+
+
 def redact(url: str) -> str:
     """The URL without its password, for messages."""
     return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
@@ -158,9 +172,10 @@ class Writer(threading.Thread):
     LINGER = 0.005
     MAX_BATCH = 1000
 
-    def __init__(self, connection: Any, where: str) -> None:
+    def __init__(self, connect: Callable[[], Any], where: str) -> None:
         super().__init__(name="runner-store-writer", daemon=True)
-        self.db, self.where = connection, where
+        self.connect, self.where = connect, where
+        self.db = connect()
         self.queue: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue()
         self.failure: str | None = None
         self.waited = threading.Event()
@@ -187,6 +202,9 @@ class Writer(threading.Thread):
         transcript = [args for sql, args in batch if sql == TRANSCRIPT_INSERT]
         rest = [(sql, args) for sql, args in batch if sql != TRANSCRIPT_INSERT]
         try:
+            if dropped(self.db):  # the server let it go (a restart): connect again
+                self.db.close()
+                self.db = self.connect()
             with self.db.cursor() as cursor:
                 if transcript:
                     with cursor.copy(TRANSCRIPT_COPY) as copy:
@@ -196,7 +214,7 @@ class Writer(threading.Thread):
                     with self.db.pipeline():
                         for sql, group in itertools.groupby(rest, key=lambda item: item[0]):
                             cursor.executemany(sql, [args for _, args in group])
-        except psycopg.Error as exc:
+        except (psycopg.Error, StoreError) as exc:
             self.failure = f"run store {self.where}: {_first_line(exc)}"
 
     def flush(self) -> None:
@@ -234,17 +252,13 @@ class PostgresStore(Store):
     """runner's state in PostgreSQL; one autocommit connection, shared by the threads of a process."""
 
     def __init__(self, url: str, check_schema: bool = True) -> None:
-        psycopg = psycopg_module()
         from psycopg.rows import dict_row
 
         self.url = url
         self.where = redact(url)
         self._lock = threading.Lock()
         self.writer: Writer | None = None
-        try:
-            self.db = psycopg.connect(url, autocommit=True, row_factory=dict_row, connect_timeout=10, **session(url))
-        except psycopg.Error as exc:
-            raise StoreError(f"cannot reach the PostgreSQL store {self.where}: {_first_line(exc)}") from None
+        self.db = self._connect(row_factory=dict_row)
         if check_schema:
             self.check_schema()
 
@@ -289,17 +303,28 @@ class PostgresStore(Store):
             self.writer = None
         self.db.close()
 
+    def _connect(self, **options: Any) -> Any:
+        psycopg = psycopg_module()
+        try:
+            return psycopg.connect(self.url, autocommit=True, connect_timeout=10, **options, **session(self.url))
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot reach the PostgreSQL store {self.where}: {_first_line(exc)}") from None
+
     def exec(self, sql: str, args: tuple[Any, ...] = (), *, after_writes: bool = True) -> Any:
         """A statement whose result is needed (or that must be done on return), after every queued write.
 
         `after_writes=False` for tables that are never written through the queue (entries, commands,
         approvals, Procrastinate's): such a read does not wait for a burst of queued writes to drain.
+        A connection the server let go (a restart) is made again first.
         """
         psycopg = psycopg_module()
         if after_writes:
             self.flush()
         try:
             with self._lock:
+                if dropped(self.db):
+                    self.db.close()
+                    self.db = self._connect(row_factory=self.db.row_factory)
                 return self.db.execute(sql, tuple(_text(a) for a in args))  # type: ignore[arg-type]
         except psycopg.Error as exc:
             raise StoreError(f"run store {self.where}: {_first_line(exc)}") from None
@@ -307,12 +332,7 @@ class PostgresStore(Store):
     def write(self, sql: str, args: tuple[Any, ...] = ()) -> None:
         """A statement that returns nothing: queued for the writer thread (started on the first write)."""
         if self.writer is None:
-            psycopg = psycopg_module()
-            try:
-                connection = psycopg.connect(self.url, autocommit=True, connect_timeout=10, **session(self.url))
-            except psycopg.Error as exc:
-                raise StoreError(f"cannot reach the PostgreSQL store {self.where}: {_first_line(exc)}") from None
-            self.writer = Writer(connection, self.where)
+            self.writer = Writer(self._connect, self.where)
             self.writer.start()
             atexit.register(self.flush)
         self.writer.queue.put((sql, tuple(_text(a) for a in args)))
