@@ -201,6 +201,18 @@ def test_the_queue_sends_one_statement_per_query_and_replaces_a_connection_the_s
     assert rested > dropped  # a connection that rested is asked once more
 
 
+def test_the_breakers_count_goes_up_in_one_statement_and_a_queued_reset_lands_first(db):
+    """A good run's reset is queued (no round trip); a failure counts in one statement after what was queued."""
+    store = PostgresStore(db)
+    assert [store.count_failure("main/a/every") for _ in range(3)] == [1, 2, 3]
+    store.reset_failures("main/a/every")
+    assert store.count_failure("main/a/every") == 1
+    store.reset_failures("main/new/every")  # an entry that never failed has no row to change
+    store.flush()
+    assert store.entry("main/a/every")["failures"] == 1 and store.entry("main/new/every")["failures"] == 0
+    store.close()
+
+
 def test_a_unreachable_server_is_one_line_without_the_password(proj):
     use_store(proj, "postgresql://someone:hunter2@127.0.0.1:9/nowhere")
     result = proj.subprocess("runs")
@@ -395,7 +407,11 @@ def test_a_batch_that_races_another_daemon_defers_the_rest_one_by_one(proj, db):
         async with cluster.queue.open_async():
             other = cluster.queue.configure_task("runner.run", lock="a", queueing_lock="a")
             await other.defer_async(goal="a", entry_id=None, trigger="manual", digest="x", due=None, context=None)
-            cluster.jobs_of_goals = lambda goals: {}  # the look happened before the other daemon's INSERT
+
+            async def before_the_other_insert(goals: set[str]) -> dict[str, set[str]]:
+                return {}  # the look happened before the other daemon's INSERT
+
+            cluster.jobs_of_goals = before_the_other_insert
             cluster.start(None, "manual", "a", None, None)
             cluster.start(None, "manual", "b", None, None)
             await asyncio.gather(*cluster.deferring)

@@ -17,9 +17,11 @@ The local daemon's logic (runner.schedule.daemon) is kept; only where a run star
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import os
+import random
 import signal
 import time
 from dataclasses import dataclass
@@ -31,7 +33,7 @@ from .. import notify
 from ..config import Entry, Goal
 from ..errors import DaemonError
 from ..store import now
-from ..store.postgres import HOST, INSTALL_HINT, JOB, PostgresStore, dropped, redact
+from ..store.postgres import CLAIM_FIRE, ENTRY_PAUSED, HOST, INSTALL_HINT, JOB, PostgresStore, dropped, redact
 from ..verify import settle_interrupted
 from ..work import warm_up
 from . import unattended
@@ -150,6 +152,7 @@ class Cluster(Daemon):
         """Fires admitted in this turn of the event loop, deferred together by `defer_pending`."""
         self.digests: dict[tuple[str, int, int], str] = {}
         self.refreshed = 0.0
+        self.paused_when_claimed: dict[str, bool] = {}
 
     # lifecycle
     async def run(self) -> None:
@@ -237,6 +240,40 @@ class Cluster(Daemon):
         assert isinstance(self.store, PostgresStore)
         return self.store.claim_fire(entry.id, fire)
 
+    async def on_time(self, entry_id: str) -> None:
+        """A time entry is due: its fire time is claimed on the queue's own connections, a round trip the event
+        loop does not stand still for (a second of a hundred `every: 1s` entries held it for a hundred); a
+        claim the database refuses is fired again at the next poll, as with one daemon."""
+        entry = self.entry(entry_id)
+        due = self.due.pop(entry_id, None)
+        if entry is None:
+            return
+        if entry.jitter:
+            await asyncio.sleep(random.uniform(0, entry.jitter))
+        try:
+            rows = await self.queue.connector.execute_query_all_async(
+                CLAIM_FIRE, entry=entry.id, fire=due or datetime.now(timezone.utc)
+            )
+        except Exception as exc:
+            log.error("cannot record a fire (%s); it is tried again at the next poll", _reason_of(exc))
+            self.deferred.append(functools.partial(self.fire_on_time, entry, due))
+            return
+        if rows:
+            self.paused_when_claimed[entry.id] = bool(rows[0]["paused"])
+            try:
+                self.fire(entry, entry.kind, due=due)
+            finally:
+                self.paused_when_claimed.pop(entry.id, None)
+
+    def paused(self, entry: Entry) -> bool:
+        """As the claim just read it, for the fire it claimed; else from the store."""
+        known = self.paused_when_claimed.pop(entry.id, None)
+        return super().paused(entry) if known is None else known
+
+    async def paused_now(self, entry: Entry) -> bool:
+        rows = await self.queue.connector.execute_query_all_async(ENTRY_PAUSED, entry=entry.id)
+        return bool(rows and rows[0]["paused"])
+
     def schedule_all(self) -> None:
         if self.scheduler is not None:
             super().schedule_all()
@@ -278,7 +315,12 @@ class Cluster(Daemon):
     async def defer_pending(self) -> None:
         procrastinate = procrastinate_module()
         fires, self.to_defer = self.to_defer, []
-        states = self.jobs_of_goals({fire.goal.name for fire in fires})
+        try:
+            states = await self.jobs_of_goals({fire.goal.name for fire in fires})
+        except Exception as exc:  # the database went away: the triggers are lost, and say so
+            for fire in fires:
+                self.cannot_queue(fire, exc)
+            return
         jobs: list[tuple[Fire, Any, bool]] = []
         for fire in fires:
             known = states.setdefault(fire.goal.name, set())
@@ -330,25 +372,19 @@ class Cluster(Daemon):
         self.record("skip", fire.entry, ALREADY_QUEUED, goal=fire.goal.name)
 
     def cannot_queue(self, fire: Fire, exc: Exception) -> None:
-        self.record("error", fire.entry, f"cannot queue the run: {type(exc).__name__}: {exc}", goal=fire.goal.name)
+        self.record("error", fire.entry, f"cannot queue the run: {_reason_of(exc)}", goal=fire.goal.name)
 
-    def jobs_of_goals(self, goals: set[str]) -> dict[str, set[str]]:
-        """`jobs_of` for several goals in one query (a goal without such jobs is left out)."""
-        assert isinstance(self.store, PostgresStore)
-        rows = self.store.exec(
-            "SELECT DISTINCT lock, status::text AS s FROM procrastinate_jobs"
-            " WHERE lock = ANY(%s) AND status IN ('todo', 'doing')",
-            (sorted(goals),),
-            after_writes=False,
-        ).fetchall()
-        states: dict[str, set[str]] = {}
-        for row in rows:
-            states.setdefault(row["lock"], set()).add(row["s"])
-        return states
+    async def jobs_of_goals(self, goals: set[str]) -> dict[str, set[str]]:
+        """`jobs_of` for several goals in one query, on the queue's connections (a goal without such jobs is left
+        out)."""
+        rows = await self.queue.connector.execute_query_all_async(JOB_STATES, goals=sorted(goals))
+        return _states(rows)
 
     def jobs_of(self, goal: str) -> set[str]:
         """The states of the goal's jobs now: `doing` (it runs somewhere in the cluster), `todo` (one waits)."""
-        return self.jobs_of_goals({goal}).get(goal, set())
+        assert isinstance(self.store, PostgresStore)
+        rows = self.store.exec(JOB_STATES, {"goals": [goal]}, after_writes=False).fetchall()
+        return _states(rows).get(goal, set())
 
     def digest(self, goal: Goal) -> str:
         path = _goal_file(goal)
@@ -379,7 +415,7 @@ class Cluster(Daemon):
         try:
             if the_goal is None:
                 return self.record("skip", entry, f"unknown goal {goal!r} on {HOST}", goal=goal)
-            if entry is not None and self.store.entry(entry.id)["paused"]:  # paused while the job waited
+            if entry is not None and await self.paused_now(entry):  # paused while the job waited
                 return self.record("skip", entry, "the entry is paused (runner resume to restart it)")
             if job.job.attempts:
                 trigger = "retry"
@@ -463,6 +499,25 @@ def phase(entry: Entry) -> float:
 def _reason(task: asyncio.Task[Any]) -> str:
     error = None if task.cancelled() else task.exception()
     return f"{type(error).__name__}: {error}" if error else "it lost its database connection"
+
+
+JOB_STATES = (
+    "SELECT DISTINCT lock, status::text AS s FROM procrastinate_jobs"
+    " WHERE lock = ANY(%(goals)s) AND status IN ('todo', 'doing')"
+)
+
+
+def _states(rows: list[dict[str, Any]]) -> dict[str, set[str]]:
+    states: dict[str, set[str]] = {}
+    for row in rows:
+        states.setdefault(row["lock"], set()).add(row["s"])
+    return states
+
+
+def _reason_of(exc: Exception) -> str:
+    """The database's own words for a failed query (Procrastinate wraps them in a bare ConnectorException)."""
+    cause = exc.__cause__ or exc
+    return (str(cause).strip().splitlines() or [type(cause).__name__])[0]
 
 
 def _goal_file(goal: Goal) -> Path:

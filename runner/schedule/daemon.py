@@ -265,7 +265,7 @@ class Daemon:
         """Whether a trigger may start goal `name` now; a refusal is recorded as a `skip` with its reason."""
         if self.stopping.is_set():
             self.record("skip", entry, "the daemon is shutting down", goal=name)
-        elif entry is not None and self.store.entry(entry.id)["paused"]:
+        elif entry is not None and self.paused(entry):
             self.record("skip", entry, "the entry is paused (runner resume to restart it)")
         elif entry is not None and entry.until is not None and _now() > entry.until:
             self.record("skip", entry, f"past until {entry.until.isoformat()}")
@@ -274,6 +274,9 @@ class Daemon:
         else:
             return not unattended.skip_for_budget(self, self.catalog.goals[name], entry)
         return False
+
+    def paused(self, entry: Entry) -> bool:
+        return bool(self.store.entry(entry.id)["paused"])
 
     def start(
         self, entry: Entry | None, trigger: str, name: str, due: datetime | None, context: dict[str, Any] | None
@@ -344,8 +347,9 @@ class Daemon:
                 self.fire(chained, "after", context=upstream)
 
     def trip_breaker(self, entry: Entry, good: bool) -> None:
-        failures = 0 if good else self.store.entry(entry.id)["failures"] + 1
-        self.store.update_entry(entry.id, failures=failures)
+        if good:
+            return self.store.reset_failures(entry.id)
+        failures = self.store.count_failure(entry.id)
         if entry.pause_after and failures >= entry.pause_after:
             self.store.update_entry(entry.id, paused=1)
             detail = f"{failures} runs in a row not achieved; runner resume {entry.goal} restarts it"

@@ -150,6 +150,16 @@ class Store(ABC):
     @abstractmethod
     def update_entry(self, entry_id: str, **fields: Any) -> None: ...
 
+    def count_failure(self, entry_id: str) -> int:
+        """One more run in a row of the entry not achieved: the count now (the circuit breaker's)."""
+        failures = int(self.entry(entry_id)["failures"] or 0) + 1
+        self.update_entry(entry_id, failures=failures)
+        return failures
+
+    def reset_failures(self, entry_id: str) -> None:
+        """A run of the entry achieved its goal: no failures in a row."""
+        self.update_entry(entry_id, failures=0)
+
     @abstractmethod
     def log_event(self, kind: str, goal: str | None = None, entry_id: str | None = None, detail: str = "") -> None: ...
 

@@ -228,6 +228,14 @@ class Writer(threading.Thread):
             raise StoreError(failure)
 
 
+CLAIM_FIRE = (
+    "INSERT INTO runner_entries (id, last_fire) VALUES (%(entry)s, %(fire)s) ON CONFLICT (id) DO UPDATE"
+    " SET last_fire = EXCLUDED.last_fire"
+    " WHERE runner_entries.last_fire IS NULL OR runner_entries.last_fire < EXCLUDED.last_fire RETURNING paused"
+)
+"""An (entry, fire time) claimed, or no row when another process claimed it; with the entry's pause."""
+ENTRY_PAUSED = "SELECT paused FROM runner_entries WHERE id = %(entry)s"
+
 TRANSCRIPT_INSERT = "INSERT INTO runner_transcripts (run_id, event) VALUES (%s, %s)"
 """A transcript row as queued for the writer, which sends a batch of them with TRANSCRIPT_COPY instead."""
 TRANSCRIPT_COPY = "COPY runner_transcripts (run_id, event) FROM STDIN"
@@ -310,7 +318,7 @@ class PostgresStore(Store):
         except psycopg.Error as exc:
             raise StoreError(f"cannot reach the PostgreSQL store {self.where}: {_first_line(exc)}") from None
 
-    def exec(self, sql: str, args: tuple[Any, ...] = (), *, after_writes: bool = True) -> Any:
+    def exec(self, sql: str, args: tuple[Any, ...] | dict[str, Any] = (), *, after_writes: bool = True) -> Any:
         """A statement whose result is needed (or that must be done on return), after every queued write.
 
         `after_writes=False` for tables that are never written through the queue (entries, commands,
@@ -325,7 +333,8 @@ class PostgresStore(Store):
                 if dropped(self.db):
                     self.db.close()
                     self.db = self._connect(row_factory=self.db.row_factory)
-                return self.db.execute(sql, tuple(_text(a) for a in args))  # type: ignore[arg-type]
+                values = {k: _text(v) for k, v in args.items()} if isinstance(args, dict) else tuple(map(_text, args))
+                return self.db.execute(sql, values)  # type: ignore[arg-type]
         except psycopg.Error as exc:
             raise StoreError(f"run store {self.where}: {_first_line(exc)}") from None
 
@@ -567,15 +576,21 @@ class PostgresStore(Store):
             after_writes=False,
         )
 
+    def count_failure(self, entry_id: str) -> int:
+        row = self.exec(  # after the queued writes: a reset_failures before it has landed
+            "INSERT INTO runner_entries (id, failures) VALUES (%s, 1) ON CONFLICT (id) DO UPDATE"
+            " SET failures = runner_entries.failures + 1 RETURNING failures",
+            (entry_id,),
+        ).fetchone()
+        return int(row["failures"])
+
+    def reset_failures(self, entry_id: str) -> None:
+        """Queued, no round trip: after a good run, a row to change only when it counted failures."""
+        self.write("UPDATE runner_entries SET failures = 0 WHERE id = %s AND failures <> 0", (entry_id,))
+
     def claim_fire(self, entry_id: str, fire: datetime) -> bool:
         """True for exactly one caller per (entry, fire time): last_fire only moves forwards, once per time."""
-        row = self.exec(
-            "INSERT INTO runner_entries (id, last_fire) VALUES (%s, %s) ON CONFLICT (id) DO UPDATE"
-            " SET last_fire = EXCLUDED.last_fire"
-            " WHERE runner_entries.last_fire IS NULL OR runner_entries.last_fire < EXCLUDED.last_fire RETURNING id",
-            (entry_id, fire),
-            after_writes=False,
-        ).fetchone()
+        row = self.exec(CLAIM_FIRE, {"entry": entry_id, "fire": fire}, after_writes=False).fetchone()
         return row is not None
 
     def log_event(self, kind: str, goal: str | None = None, entry_id: str | None = None, detail: str = "") -> None:
