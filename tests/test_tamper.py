@@ -83,6 +83,23 @@ def test_editing_the_test_through_the_shell_is_tampering_and_undone(proj, server
     assert (proj.root / "tests/test_calc.py").read_text() == TEST
 
 
+def test_the_baseline_is_taken_before_the_first_round_that_may_write_even_after_reads(proj, server):
+    """A goal with no checks: the agent reads first (no fingerprint is taken for a round that only reads),
+    then edits runner.yaml through the shell in a round that also reads. Still caught and put back."""
+    proj.write("note.txt", "a note\n")
+    proj.goal("g", prompt="p", sandbox="off")
+    settings = (proj.root / "runner.yaml").read_text()
+    server.add(
+        {"tool_calls": [call("read_file", path="note.txt")]},
+        {"tool_calls": [call("read_file", path="note.txt"), call("shell", command="printf 'x: 1' >> runner.yaml")]},
+        done(),
+    )
+    out = proj.cli_json("goal", "g")
+    assert (out["outcome"], out["exit_code"]) == ("tampered", 1)
+    assert "runner.yaml" in out["error"]
+    assert (proj.root / "runner.yaml").read_text() == settings
+
+
 def test_in_the_jail_the_shell_cannot_edit_the_test_either(proj, server):
     calc_project(proj)
     server.add({"tool_calls": [call("shell", command=f"printf '{FORGED}' > tests/test_calc.py")]}, done())

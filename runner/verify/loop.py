@@ -203,6 +203,7 @@ class Verifier:
         self.told_waiting = False
         self.first_call: FirstCall | None = None
         self.attempt_open = False
+        self.snapshot: Snapshot | None = None
 
     async def run(self, checks_first: bool) -> RunResult:
         goal = self.goal
@@ -289,18 +290,18 @@ class Verifier:
         if verify.checks and last > first:
             self.feedback.writable = _writable(goal)  # the files the feedback may point the agent at
         failing: list[tuple[Any, ...]] = []
-        snapshot: Snapshot | None = None
+        commands = any(check.kind == "run" for check in verify.checks)
         for attempt in range(first, last + 1):
             answered = early if early is not None and attempt == first else None  # begun in _ask_first
             if answered is None:
                 self._begin_attempt(attempt, last)
-            snapshot = snapshot or Snapshot.take(goal)  # kept across attempts: a change between them counts too
             assert self.model is not None
             after_feedback = attempt > first or first_feedback is not None
             acting = ", ".join(name for name in toolbox.tools if name not in READ_ONLY) or ", ".join(toolbox.tools)
             need = self.feedback.need if attempt > first else ""
             nudge = prompts.NUDGE.format(tools=acting, need=need) if verify.nudge and after_feedback else None
             self.work = WorkLoop(self.model, toolbox, goal.limits, self.record, self.pricer, nudge=nudge)
+            self.work.before_writing = self._fingerprint
             if answered is not None and answered.schemas == toolbox.schemas:  # else asked again, with the tools
                 self.work.first, self.work.started = answered.reply, answered.started()
             before = listing(goal.workpath) if verify.checks and attempt < last else None  # for the feedback
@@ -311,13 +312,15 @@ class Verifier:
             after = listing(goal.workpath) if before is not None else None
             changes = Changes.between(before, after) if before is not None and after is not None else None
             self._end_attempt(attempt, work)
-            if tampered := self._tampered(snapshot, "the attempt"):
+            if self.snapshot is not None and (tampered := self._tampered(self.snapshot, "the attempt")):
                 return tampered
             if work.stop_reason == "error":
                 return self._finish("error", error=work.error)
+            if commands:
+                self._fingerprint()
             results = await self._checks(attempt)
             ran = any(r.kind == "run" and not r.skipped for r in results)  # only a command can write
-            if ran and (tampered := self._tampered(snapshot, "something while the checks ran", checks_ran=True)):
+            if ran and (tampered := self._tampered(self.snapshot, "something while the checks ran", checks_ran=True)):
                 return tampered
             if not verify.checks:
                 return self._finish("achieved" if work.stop_reason == "completed" else "not_achieved")
@@ -334,11 +337,19 @@ class Verifier:
                 )
             messages = await self._retry(attempt, results, messages, changes)
             if verify.before_retry:
-                snapshot = None  # the user's reset command may change protected files; fingerprint anew
+                self.snapshot = None  # the user's reset command may change protected files; fingerprint anew
         return self._finish("not_achieved")
 
-    def _tampered(self, snapshot: Snapshot, who: str, *, checks_ran: bool = False) -> RunResult | None:
+    def _fingerprint(self) -> None:
+        """The tamper lock's baseline, taken before the first thing of the run that may write: a round with a
+        tool that may (the shell, write_file, a command or MCP tool), or the checks' commands. Kept across
+        attempts. An attempt whose agent only read leaves nothing to compare, and is not walked for it."""
+        if self.snapshot is None:
+            self.snapshot = Snapshot.take(self.goal)
+
+    def _tampered(self, snapshot: Snapshot | None, who: str, *, checks_ran: bool = False) -> RunResult | None:
         """The run ends `tampered` when protected paths changed since the snapshot; what changed is put back."""
+        assert snapshot is not None
         changed = snapshot.changes(checks_ran=checks_ran)
         if not changed:
             return None

@@ -30,10 +30,7 @@ from ..vocabulary import FORCED, Event, StopReason
 from .cost import Pricer
 from .model import Model, Reply
 from .textcalls import find_calls, unknown_calls
-from .tools import Toolbox, describe_call
-
-READ_ONLY = ("read_file", "list_files", "search_files")
-"""Built-in tools that change nothing: an attempt that called only these did nothing about the checks."""
+from .tools import READ_ONLY, Toolbox, describe_call
 
 Observer = Callable[[str, dict[str, Any]], None]
 """Receives each event (a kind of `vocabulary.Event`) with its data."""
@@ -75,6 +72,8 @@ class WorkLoop:
     first: asyncio.Future[Reply] | None = None
     """The first call's reply when it was asked already (the verify loop sends it, and tells its step, before
     the run sets up)."""
+    before_writing: Callable[[], None] | None = None
+    """Called before a round with a call that may change files (the verify loop's tamper snapshot)."""
     result: WorkResult | None = None
     """The attempt so far, readable by the caller even when the loop is cancelled."""
     _acted: bool = field(default=False, init=False, repr=False)
@@ -217,6 +216,8 @@ class WorkLoop:
         """Run a round's calls concurrently; append the results in the order of the calls."""
         calls = reply.tool_calls
         self._acted = self._acted or any(call["function"]["name"] not in READ_ONLY for call in calls)
+        if self.before_writing is not None and any(self.toolbox.writes(call["function"]["name"]) for call in calls):
+            self.before_writing()
         outputs = await asyncio.gather(*(self._run_tool(step, call) for call in calls))
         for call, output in zip(calls, outputs, strict=True):
             self._append(messages, {"role": "tool", "tool_call_id": call["id"], "content": output})

@@ -23,6 +23,8 @@ from .sandbox import Jail
 
 SHELL_TIMEOUT = 120.0
 SHELL_MAX_TIMEOUT = 600.0
+READ_ONLY = ("read_file", "list_files", "search_files")
+"""The built-ins that change nothing: every other tool (the shell, command tools, MCP tools) may write."""
 
 
 @dataclass
@@ -32,6 +34,8 @@ class Tool:
     parameters: dict[str, Any]
     run: Callable[..., Awaitable[str]]
     _validator: Any = None
+    writes: bool = True
+    """False only for the read-only built-ins."""
 
     @property
     def schema(self) -> dict[str, Any]:
@@ -88,6 +92,11 @@ class Toolbox:
             local = cls.for_goal(goal, jail=jail).tools.values()
             yield cls([*local, *(Tool(t.name, t.description, t.parameters, t.run, t.validator()) for t in remote)])
 
+    def writes(self, name: str) -> bool:
+        """Whether calling `name` may change a file (an unknown name is refused without running)."""
+        tool = self.tools.get(name)
+        return tool is not None and tool.writes
+
     async def call(self, name: str, raw_arguments: str) -> str:
         tool = self.tools.get(name)
         if tool is None:
@@ -142,7 +151,7 @@ def _build(entry: ToolEntry, box: PathGuard, environ: dict[str, str], jail: Jail
     async def run(**arguments: Any) -> str:
         return await files.off_loop(sync, box, **arguments)
 
-    return Tool(entry.name, description, parameters, run)
+    return Tool(entry.name, description, parameters, run, writes=entry.name not in READ_ONLY)
 
 
 SHELL_PARAMETERS = {
