@@ -21,7 +21,6 @@ import functools
 import hashlib
 import logging
 import os
-import random
 import signal
 import time
 from dataclasses import dataclass
@@ -240,16 +239,10 @@ class Cluster(Daemon):
         assert isinstance(self.store, PostgresStore)
         return self.store.claim_fire(entry.id, fire)
 
-    async def on_time(self, entry_id: str) -> None:
+    async def fire_due(self, entry: Entry, due: datetime | None) -> None:
         """A time entry is due: its fire time is claimed on the queue's own connections, a round trip the event
         loop does not stand still for (a second of a hundred `every: 1s` entries held it for a hundred); a
         claim the database refuses is fired again at the next poll, as with one daemon."""
-        entry = self.entry(entry_id)
-        due = self.due.pop(entry_id, None)
-        if entry is None:
-            return
-        if entry.jitter:
-            await asyncio.sleep(random.uniform(0, entry.jitter))
         try:
             rows = await self.queue.connector.execute_query_all_async(
                 CLAIM_FIRE, entry=entry.id, fire=due or datetime.now(timezone.utc)

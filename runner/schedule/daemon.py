@@ -220,6 +220,9 @@ class Daemon:
             return
         if entry.jitter:
             await asyncio.sleep(random.uniform(0, entry.jitter))
+        await self.fire_due(entry, due)
+
+    async def fire_due(self, entry: Entry, due: datetime | None) -> None:
         self.fire_on_time(entry, due)
 
     @_deferred_on_store_error
