@@ -145,6 +145,14 @@ def dropped(connection: Any) -> bool:
     return bool(readable)
 
 
+def reconnected(connection: Any, connect: Callable[[], Any]) -> Any:
+    """`connection`, or a new one from `connect` when the server let it go (see `dropped`)."""
+    if not dropped(connection):
+        return connection
+    connection.close()
+    return connect()
+
+
 def redact(url: str) -> str:
     """The URL without its password, for messages."""
     return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
@@ -202,9 +210,7 @@ class Writer(threading.Thread):
         transcript = [args for sql, args in batch if sql == TRANSCRIPT_INSERT]
         rest = [(sql, args) for sql, args in batch if sql != TRANSCRIPT_INSERT]
         try:
-            if dropped(self.db):  # the server let it go (a restart): connect again
-                self.db.close()
-                self.db = self.connect()
+            self.db = reconnected(self.db, self.connect)  # after a restart of the server
             with self.db.cursor() as cursor:
                 if transcript:
                     with cursor.copy(TRANSCRIPT_COPY) as copy:
@@ -260,13 +266,11 @@ class PostgresStore(Store):
     """runner's state in PostgreSQL; one autocommit connection, shared by the threads of a process."""
 
     def __init__(self, url: str, check_schema: bool = True) -> None:
-        from psycopg.rows import dict_row
-
         self.url = url
         self.where = redact(url)
         self._lock = threading.Lock()
         self.writer: Writer | None = None
-        self.db = self._connect(row_factory=dict_row)
+        self.db = self._connect_main()
         if check_schema:
             self.check_schema()
 
@@ -311,6 +315,12 @@ class PostgresStore(Store):
             self.writer = None
         self.db.close()
 
+    def _connect_main(self) -> Any:
+        """The connection of the store's own statements: rows as dicts."""
+        from psycopg.rows import dict_row
+
+        return self._connect(row_factory=dict_row)
+
     def _connect(self, **options: Any) -> Any:
         psycopg = psycopg_module()
         try:
@@ -321,8 +331,9 @@ class PostgresStore(Store):
     def exec(self, sql: str, args: tuple[Any, ...] | dict[str, Any] = (), *, after_writes: bool = True) -> Any:
         """A statement whose result is needed (or that must be done on return), after every queued write.
 
-        `after_writes=False` for tables that are never written through the queue (entries, commands,
-        approvals, Procrastinate's): such a read does not wait for a burst of queued writes to drain.
+        `after_writes=False` for tables that are never written through the queue (entries, but for a good
+        run's `reset_failures`, which only `count_failure` reads, after the writes; commands, approvals,
+        Procrastinate's): such a read does not wait for a burst of queued writes to drain.
         A connection the server let go (a restart) is made again first.
         """
         psycopg = psycopg_module()
@@ -330,9 +341,7 @@ class PostgresStore(Store):
             self.flush()
         try:
             with self._lock:
-                if dropped(self.db):
-                    self.db.close()
-                    self.db = self._connect(row_factory=self.db.row_factory)
+                self.db = reconnected(self.db, self._connect_main)
                 values = {k: _text(v) for k, v in args.items()} if isinstance(args, dict) else tuple(map(_text, args))
                 return self.db.execute(sql, values)  # type: ignore[arg-type]
         except psycopg.Error as exc:

@@ -312,7 +312,7 @@ class Verifier:
             after = listing(goal.workpath) if before is not None else None
             changes = Changes.between(before, after) if before is not None and after is not None else None
             self._end_attempt(attempt, work)
-            if self.snapshot is not None and (tampered := self._tampered(self.snapshot, "the attempt")):
+            if tampered := self._tampered("the attempt"):
                 return tampered
             if work.stop_reason == "error":
                 return self._finish("error", error=work.error)
@@ -320,7 +320,7 @@ class Verifier:
                 self._fingerprint()
             results = await self._checks(attempt)
             ran = any(r.kind == "run" and not r.skipped for r in results)  # only a command can write
-            if ran and (tampered := self._tampered(self.snapshot, "something while the checks ran", checks_ran=True)):
+            if ran and (tampered := self._tampered("something while the checks ran", checks_ran=True)):
                 return tampered
             if not verify.checks:
                 return self._finish("achieved" if work.stop_reason == "completed" else "not_achieved")
@@ -347,9 +347,12 @@ class Verifier:
         if self.snapshot is None:
             self.snapshot = Snapshot.take(self.goal)
 
-    def _tampered(self, snapshot: Snapshot | None, who: str, *, checks_ran: bool = False) -> RunResult | None:
-        """The run ends `tampered` when protected paths changed since the snapshot; what changed is put back."""
-        assert snapshot is not None
+    def _tampered(self, who: str, *, checks_ran: bool = False) -> RunResult | None:
+        """The run ends `tampered` when protected paths changed since the snapshot; what changed is put back.
+        Without a snapshot nothing that may write has run since the last one: nothing to compare."""
+        snapshot = self.snapshot
+        if snapshot is None:
+            return None
         changed = snapshot.changes(checks_ran=checks_ran)
         if not changed:
             return None
