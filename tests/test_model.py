@@ -152,3 +152,42 @@ def test_a_local_endpoint_found_listening_is_probed_once_for_a_burst_then_again(
         sock.close()
     monkeypatch.setattr(model, "LISTENING_FOR", 0.0)  # the window has passed
     assert "nothing listens there" in (model.refused_on_this_machine(url) or "")
+
+
+def test_a_warmed_up_daemons_clients_name_the_platform_without_a_thread_per_client(server, monkeypatch):
+    """A daemon learns the platform the client names in its headers once (warm_up): before that, each run's
+    new client learnt it at its first request in a thread, a hop per run behind a hundred others."""
+    import asyncio
+
+    import openai
+
+    from runner.config import ModelConfig
+    from runner.work import model as model_module
+
+    threads: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(function, *args, **kwargs):
+        threads.append(function.__name__)
+        return await to_thread(function, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    monkeypatch.setattr(model_module, "_platform", None)
+    config = ModelConfig(name="test-model", api_key_env=None)
+    server.add({"content": "cold"}, {"content": "warm"}, {"content": "plain"})
+
+    async def one_chat() -> dict[str, str]:
+        model = model_module.Model(config, server.base_url, "none", secret=False)
+        try:
+            assert (await model.chat([{"role": "user", "content": "hi"}])).message["content"]
+            return model.client.platform_headers()
+        finally:
+            await model.aclose()
+
+    cold = asyncio.run(one_chat())
+    assert threads == ["get_platform"]
+    model_module.warm_up()
+    warm = asyncio.run(one_chat())
+    assert threads == ["get_platform"]  # no hop for the warmed-up client
+    plain = openai.AsyncOpenAI(base_url=server.base_url, api_key="none")
+    assert warm == cold == plain.platform_headers() and warm["X-Stainless-OS"] not in ("", "Unknown")
