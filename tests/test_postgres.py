@@ -351,6 +351,24 @@ def test_runner_trigger_reaches_one_daemon_of_many(proj, db, cluster):
         assert daemon.stop() == 0
 
 
+def test_a_trigger_reaches_the_daemons_at_once_not_at_their_next_poll(proj, db, cluster):
+    """A command's notice (LISTEN/NOTIFY) wakes the daemons: triggers run within seconds although the daemons
+    poll only every two minutes, the first sent while the daemons may not listen yet, the second after a run."""
+    monitor(proj, "manual")
+    use_store(proj, db, poll_interval=120)
+    daemons = [cluster("daemon"), cluster("daemon")]
+    store = daemons[0].store()
+    for sent in (1, 2):
+        began = time.monotonic()
+        trigger = proj.subprocess("trigger", "manual")  # waits until a daemon took it (here up to 8 minutes)
+        assert trigger.returncode == 0 and "a daemon runs it" in trigger.stdout, trigger.stderr
+        daemons[0].wait_for(f"run {sent}", lambda n=sent: len([r for r in store.runs() if r["ended"]]) == n, 20)
+        assert time.monotonic() - began < 30, "the trigger waited for the poll"
+    assert [r["trigger"] for r in store.runs()] == ["manual", "manual"]
+    for daemon in daemons:
+        assert daemon.stop() == 0
+
+
 def test_a_daemon_goes_on_after_the_server_dropped_every_connection(proj, db, cluster):
     """A PostgreSQL restart under a daemon left alone: its store and queue connect again, and the next trigger
     runs (the daemon used to stay up but fail every poll on its closed connection, and stop taking triggers)."""

@@ -32,7 +32,17 @@ from .. import notify
 from ..config import Entry, Goal
 from ..errors import DaemonError
 from ..store import now
-from ..store.postgres import CLAIM_FIRE, ENTRY_PAUSED, HOST, INSTALL_HINT, JOB, PostgresStore, dropped, redact
+from ..store.postgres import (
+    CLAIM_FIRE,
+    COMMANDS_CHANNEL,
+    ENTRY_PAUSED,
+    HOST,
+    INSTALL_HINT,
+    JOB,
+    PostgresStore,
+    dropped,
+    redact,
+)
 from ..verify import settle_interrupted
 from ..work import warm_up
 from . import unattended
@@ -55,6 +65,10 @@ SWEEP = 2.0
 JOB_POLL = 5.0
 """Seconds between a worker's looks for jobs it was not told of: new jobs and follow-ups whose goal's run ended
 wake every worker at once (LISTEN/NOTIFY; runner's schema adds the notice Procrastinate lacks for the latter)."""
+GATHER = 0.05
+"""Seconds a daemon waits after a command's notice before it reads the commands: a burst is read in one go."""
+LISTEN_RETRY = 5.0
+"""Seconds before listening for commands again after the connection for it failed."""
 ALREADY_QUEUED = "a run is already queued (one follow-up at most)"
 INTERRUPTED_WITHIN = STALLED_AFTER + HEARTBEAT + SWEEP
 """The bound on the time from a worker's kill -9 to its run being `interrupted` (while another process runs)."""
@@ -152,6 +166,8 @@ class Cluster(Daemon):
         self.digests: dict[tuple[str, int, int], str] = {}
         self.refreshed = 0.0
         self.paused_when_claimed: dict[str, bool] = {}
+        self.command_sent = asyncio.Event()
+        """Set by a notice that a command was sent: the command reader polls now."""
 
     # lifecycle
     async def run(self) -> None:
@@ -444,6 +460,41 @@ class Cluster(Daemon):
             f"{goal.source} on {HOST} differs from the copy the scheduler read (content hash {mine} here,"
             f" {digest} in the job): update this machine's checkout"
         )
+
+    # commands, read as soon as they are sent
+    def start_scheduling(self) -> None:
+        super().start_scheduling()
+        self.listeners.append(asyncio.create_task(self.hear_commands()))
+
+    async def hear_commands(self) -> None:
+        """Listen for the notice each command sends (LISTEN/NOTIFY): `runner trigger`, pause, resume and an
+        approval reach a daemon at once instead of at its next poll. Once listening, it reads the commands
+        (one sent before the LISTEN had no one to tell); while it cannot listen (the database away), the
+        commands are still read every poll interval."""
+        from ..store.postgres import psycopg_module, quiet_connection, session
+
+        psycopg = psycopg_module()
+        while True:
+            try:
+                async with await quiet_connection().connect(
+                    self.store.url, autocommit=True, connect_timeout=10, **session(self.store.url)
+                ) as connection:
+                    await connection.execute(f"LISTEN {COMMANDS_CHANNEL}")
+                    self.command_sent.set()
+                    async for _notice in connection.notifies():
+                        self.command_sent.set()
+            except psycopg.Error as exc:
+                log.warning("listening for commands failed (retried in %gs): %s", LISTEN_RETRY, _reason_of(exc))
+            await asyncio.sleep(LISTEN_RETRY)
+
+    async def until_next_poll(self) -> None:
+        """The poll interval, or a moment after a command was sent (the rest of a burst comes with it)."""
+        try:
+            await asyncio.wait_for(self.command_sent.wait(), self.settings.poll_interval)
+        except asyncio.TimeoutError:
+            return
+        await asyncio.sleep(GATHER)
+        self.command_sent.clear()
 
     # workers that died
     async def sweep_stalled(self) -> None:

@@ -371,7 +371,11 @@ class Daemon:
                 seen = self.poll(seen)
             except Exception as exc:
                 log.error("poll failed (retried in %gs): %s: %s", self.settings.poll_interval, type(exc).__name__, exc)
-            await asyncio.sleep(self.settings.poll_interval)
+            await self.until_next_poll()
+
+    async def until_next_poll(self) -> None:
+        """The wait between two polls: the poll interval."""
+        await asyncio.sleep(self.settings.poll_interval)
 
     def poll(self, seen: tuple[Any, ...]) -> tuple[Any, ...]:
         problem = self.store.problem()

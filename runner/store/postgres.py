@@ -242,6 +242,9 @@ CLAIM_FIRE = (
 """An (entry, fire time) claimed, or no row when another process claimed it; with the entry's pause."""
 ENTRY_PAUSED = "SELECT paused FROM runner_entries WHERE id = %(entry)s"
 
+COMMANDS_CHANNEL = "runner_commands"
+"""The channel on which a command sent tells the daemons to read their commands now, not at their next poll."""
+
 TRANSCRIPT_INSERT = "INSERT INTO runner_transcripts (run_id, event) VALUES (%s, %s)"
 """A transcript row as queued for the writer, which sends a batch of them with TRANSCRIPT_COPY instead."""
 TRANSCRIPT_COPY = "COPY runner_transcripts (run_id, event) FROM STDIN"
@@ -550,8 +553,9 @@ class PostgresStore(Store):
 
     # commands for the daemons: each is taken by exactly one of them
     def send_command(self, kind: str, target: str, payload: str | None = None) -> int:
-        row = self.exec(
-            "INSERT INTO runner_commands (kind, target, created, payload) VALUES (%s, %s, %s, %s) RETURNING id",
+        row = self.exec(  # with a notice that wakes the daemons' command readers at once
+            "WITH sent AS (INSERT INTO runner_commands (kind, target, created, payload) VALUES (%s, %s, %s, %s)"
+            f" RETURNING id) SELECT id, pg_notify('{COMMANDS_CHANNEL}', '') FROM sent",
             (kind, target, now(), payload),
         ).fetchone()
         return int(row["id"])
