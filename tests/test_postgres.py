@@ -353,18 +353,27 @@ def test_runner_trigger_reaches_one_daemon_of_many(proj, db, cluster):
 
 def test_a_trigger_reaches_the_daemons_at_once_not_at_their_next_poll(proj, db, cluster):
     """A command's notice (LISTEN/NOTIFY) wakes the daemons: triggers run within seconds although the daemons
-    poll only every two minutes, the first sent while the daemons may not listen yet, the second after a run."""
+    poll only every two minutes: the first sent while they may not listen yet, the second after a run, the
+    third after the server dropped every connection (they listen again)."""
+    import psycopg
+
     monitor(proj, "manual")
     use_store(proj, db, poll_interval=120)
     daemons = [cluster("daemon"), cluster("daemon")]
     store = daemons[0].store()
-    for sent in (1, 2):
+    for sent in (1, 2, 3):
+        if sent == 3:
+            with psycopg.connect(db, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
         began = time.monotonic()
         trigger = proj.subprocess("trigger", "manual")  # waits until a daemon took it (here up to 8 minutes)
         assert trigger.returncode == 0 and "a daemon runs it" in trigger.stdout, trigger.stderr
-        daemons[0].wait_for(f"run {sent}", lambda n=sent: len([r for r in store.runs() if r["ended"]]) == n, 20)
+        daemons[0].wait_for(f"run {sent}", lambda n=sent: len([r for r in store.runs() if r["ended"]]) == n, 30)
         assert time.monotonic() - began < 30, "the trigger waited for the poll"
-    assert [r["trigger"] for r in store.runs()] == ["manual", "manual"]
+    assert [r["trigger"] for r in store.runs()] == ["manual"] * 3
     for daemon in daemons:
         assert daemon.stop() == 0
 

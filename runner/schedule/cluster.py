@@ -467,8 +467,9 @@ class Cluster(Daemon):
         self.listeners.append(asyncio.create_task(self.hear_commands()))
 
     async def hear_commands(self) -> None:
-        """Listen for the notice each command sends (LISTEN/NOTIFY): `runner trigger`, pause, resume and an
-        approval reach a daemon at once instead of at its next poll. Once listening, it reads the commands
+        """Listen for the notice each command sends (LISTEN/NOTIFY): a trigger from `runner trigger`, the
+        dashboard or runner's MCP server reaches a daemon at once instead of at its next poll. Once listening,
+        it reads the commands
         (one sent before the LISTEN had no one to tell); while it cannot listen (the database away), the
         commands are still read every poll interval."""
         from ..store.postgres import psycopg_module, quiet_connection, session
