@@ -278,6 +278,8 @@ def test_three_daemons_fire_each_interval_once_and_a_goal_never_overlaps(proj, d
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(slow))  # one at a time
     skips = [e["detail"] for e in store.events("skip") if e["goal"] == "slow"]
     assert "a run is already queued (one follow-up at most)" in skips  # collapsed triggers are recorded
+    queued = [e["detail"] for e in store.events("queued") if e["goal"] == "slow"]
+    assert "the goal is running; one follow-up run queued" in queued  # the claim saw the goal's run
     assert {r["outcome"] for r in store.runs()} == {"satisfied"}
 
 

@@ -143,6 +143,8 @@ class Fire:
     goal: Goal
     due: datetime | None
     context: dict[str, Any] | None
+    jobs: set[str] | None = None
+    """The goal's job states as the claim of this fire read them (None: not known, asked before deferring)."""
 
 
 class Cluster(Daemon):
@@ -166,6 +168,7 @@ class Cluster(Daemon):
         self.digests: dict[tuple[str, int, int], str] = {}
         self.refreshed = 0.0
         self.paused_when_claimed: dict[str, bool] = {}
+        self.jobs_when_claimed: dict[str, set[str]] = {}
         self.command_sent = asyncio.Event()
         """Set by a notice that a command was sent: the command reader polls now."""
 
@@ -257,11 +260,12 @@ class Cluster(Daemon):
 
     async def fire_due(self, entry: Entry, due: datetime | None) -> None:
         """A time entry is due: its fire time is claimed on the queue's own connections, a round trip the event
-        loop does not stand still for (a second of a hundred `every: 1s` entries held it for a hundred); a
-        claim the database refuses is fired again at the next poll, as with one daemon."""
+        loop does not stand still for (a second of a hundred `every: 1s` entries held it for a hundred), which
+        also reads the entry's pause and its goal's jobs (no further round trip before the job is deferred);
+        a claim the database refuses is fired again at the next poll, as with one daemon."""
         try:
             rows = await self.queue.connector.execute_query_all_async(
-                CLAIM_FIRE, entry=entry.id, fire=due or datetime.now(timezone.utc)
+                CLAIM_FIRE_AND_JOBS, entry=entry.id, fire=due or datetime.now(timezone.utc), goal=entry.goal
             )
         except Exception as exc:
             log.error("cannot record a fire (%s); it is tried again at the next poll", _reason_of(exc))
@@ -269,10 +273,12 @@ class Cluster(Daemon):
             return
         if rows:
             self.paused_when_claimed[entry.id] = bool(rows[0]["paused"])
+            self.jobs_when_claimed[entry.goal] = set(rows[0]["jobs"] or ())
             try:
                 self.fire(entry, entry.kind, due=due)
             finally:
                 self.paused_when_claimed.pop(entry.id, None)
+                self.jobs_when_claimed.pop(entry.goal, None)
 
     def paused(self, entry: Entry) -> bool:
         """As the claim just read it, for the fire it claimed; else from the store."""
@@ -315,7 +321,8 @@ class Cluster(Daemon):
         """Defer a job for the admitted goal: `queued` when it runs elsewhere now, `skip` when one already waits,
         `start` when a worker takes it. The fires of one turn of the event loop (a poll's commands, entries
         due together) are deferred together, with one look at the goals' jobs and one INSERT."""
-        self.to_defer.append(Fire(entry, trigger, self.catalog.goals[name], due, context))
+        jobs = self.jobs_when_claimed.pop(name, None)
+        self.to_defer.append(Fire(entry, trigger, self.catalog.goals[name], due, context, jobs))
         if len(self.to_defer) == 1:
             task = asyncio.create_task(self.defer_pending())
             self.deferring.add(task)
@@ -324,12 +331,16 @@ class Cluster(Daemon):
     async def defer_pending(self) -> None:
         procrastinate = procrastinate_module()
         fires, self.to_defer = self.to_defer, []
+        unknown = {fire.goal.name for fire in fires if fire.jobs is None}
         try:
-            states = await self.jobs_of_goals({fire.goal.name for fire in fires})
+            states = await self.jobs_of_goals(unknown) if unknown else {}
         except Exception as exc:  # the database went away: the triggers are lost, and say so
             for fire in fires:
                 self.cannot_queue(fire, exc)
             return
+        for fire in fires:
+            if fire.jobs is not None:
+                states.setdefault(fire.goal.name, set()).update(fire.jobs)
         jobs: list[tuple[Fire, Any, bool]] = []
         for fire in fires:
             known = states.setdefault(fire.goal.name, set())
@@ -546,6 +557,11 @@ def _reason(task: asyncio.Task[Any]) -> str:
     return f"{type(error).__name__}: {error}" if error else "it lost its database connection"
 
 
+CLAIM_FIRE_AND_JOBS = (
+    f"{CLAIM_FIRE}, ARRAY(SELECT DISTINCT status::text FROM procrastinate_jobs"
+    " WHERE lock = %(goal)s AND status IN ('todo', 'doing')) AS jobs"
+)
+"""CLAIM_FIRE that also returns the states of the goal's jobs (those JOB_STATES reads), in the same round trip."""
 JOB_STATES = (
     "SELECT DISTINCT lock, status::text AS s FROM procrastinate_jobs"
     " WHERE lock = ANY(%(goals)s) AND status IN ('todo', 'doing')"
