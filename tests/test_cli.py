@@ -134,6 +134,22 @@ def test_validate_and_the_run_say_when_the_sandbox_is_on(proj, server):
     assert proj.cli("goal", "g").stderr.startswith(jailed)
 
 
+def test_runs_loads_the_tools_only_to_settle_an_interrupted_run(proj):
+    """`runner runs` with nothing to settle loads neither the tools' package nor asyncio (50 ms of its start on a
+    slow machine); settling a run left `running` by a dead process still kills what it left (test_ghost_runs)."""
+    probe = (
+        "import runpy, sys\n"
+        f"sys.argv = ['runner', '-C', {str(proj.root)!r}, 'runs']\n"
+        "try:\n"
+        "    runpy.run_module('runner', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in ('asyncio', 'runner.work.tools') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["no runs yet (start one with `runner goal NAME`)", "[]"]
+
+
 def test_validate_and_the_run_say_when_the_sandbox_is_off_and_why(proj, server, monkeypatch):
     proj.goal("g", prompt="hi")
     server.add({"content": "ok"})

@@ -482,9 +482,8 @@ class Cluster(Daemon):
     async def hear_commands(self) -> None:
         """Listen for the notice each command sends (LISTEN/NOTIFY): a trigger from `runner trigger`, the
         dashboard or runner's MCP server reaches a daemon at once instead of at its next poll. Once listening,
-        it reads the commands
-        (one sent before the LISTEN had no one to tell); while it cannot listen (the database away), the
-        commands are still read every poll interval."""
+        it reads the commands (one sent before the LISTEN had no one to tell); while it cannot listen (the
+        database away), the commands are still read every poll interval."""
         from ..store.postgres import psycopg_module, quiet_connection, session
 
         psycopg = psycopg_module()
