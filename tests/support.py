@@ -81,3 +81,24 @@ def child_env() -> dict[str, str]:
 
 def call(name: str, **arguments: Any) -> dict[str, Any]:
     return {"name": name, "arguments": arguments}
+
+
+def count_threads(monkeypatch: Any) -> list[str]:
+    """The names of the functions sent to a thread through asyncio.to_thread from now on (the list grows)."""
+    import asyncio
+
+    sent: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(function: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(function.__name__)
+        return await to_thread(function, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    return sent
+
+
+def python_lines(*code: str) -> list[str]:
+    """What a fresh Python process running these lines prints, line by line."""
+    run = subprocess.run([sys.executable, "-c", "\n".join(code)], capture_output=True, text=True, check=True)
+    return run.stdout.splitlines()

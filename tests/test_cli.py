@@ -7,12 +7,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from support import python_lines
 
 from runner.cli import main
 
@@ -137,16 +137,15 @@ def test_validate_and_the_run_say_when_the_sandbox_is_on(proj, server):
 def test_runs_loads_the_tools_only_to_settle_an_interrupted_run(proj):
     """`runner runs` with nothing to settle loads neither the tools' package nor asyncio (50 ms of its start on a
     slow machine); settling a run left `running` by a dead process still kills what it left (test_ghost_runs)."""
-    probe = (
-        "import runpy, sys\n"
-        f"sys.argv = ['runner', '-C', {str(proj.root)!r}, 'runs']\n"
-        "try:\n"
-        "    runpy.run_module('runner', run_name='__main__')\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        "print(sorted(m for m in ('asyncio', 'runner.work.tools') if m in sys.modules))\n"
+    out = python_lines(
+        "import runpy, sys",
+        f"sys.argv = ['runner', '-C', {str(proj.root)!r}, 'runs']",
+        "try:",
+        "    runpy.run_module('runner', run_name='__main__')",
+        "except SystemExit:",
+        "    pass",
+        "print(sorted(m for m in ('asyncio', 'runner.work.tools') if m in sys.modules))",
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == ["no runs yet (start one with `runner goal NAME`)", "[]"]
 
 
@@ -162,12 +161,11 @@ def test_validate_and_the_run_say_when_the_sandbox_is_off_and_why(proj, server, 
 def test_help_and_version_do_not_load_the_loops():
     """`runner --help` answers without loading pydantic's models, the model client or the loops (0.7 s -> 0.17 s
     on the CI machine; benchmarks/bench_startup.py measures it), and `import runner` still gives every public name."""
-    probe = (
-        "import sys, runner.cli\n"
-        "heavy = ('pydantic', 'openai', 'psycopg', 'runner.config', 'runner.verify', 'runner.work')\n"
-        "print(sorted(m for m in heavy if m in sys.modules))\n"
-        "import runner\n"
-        "print(runner.run_goal.__module__, [n for n in runner.__all__ if getattr(runner, n, None) is None])\n"
+    out = python_lines(
+        "import sys, runner.cli",
+        "heavy = ('pydantic', 'openai', 'psycopg', 'runner.config', 'runner.verify', 'runner.work')",
+        "print(sorted(m for m in heavy if m in sys.modules))",
+        "import runner",
+        "print(runner.run_goal.__module__, [n for n in runner.__all__ if getattr(runner, n, None) is None])",
     )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == ["[]", "runner.verify.loop []"]

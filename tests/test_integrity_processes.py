@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import call, child_env
+from support import call, child_env, count_threads
 from test_sandbox import attack, mode  # noqa: F401  (the fixture: jail and fallback)
 
 from runner.config import Goal, ModelConfig
@@ -140,14 +140,7 @@ def test_fifos_devices_and_huge_files_are_refused_not_read(tmp_path):
 
 def test_one_small_file_is_read_and_written_on_the_event_loop_anything_bigger_in_a_thread(tmp_path, monkeypatch):
     """A hundred runs of a daemon each reading a small file: a thread per call waits 15-30 ms for the GIL."""
-    threaded: list[str] = []
-    to_thread = asyncio.to_thread
-
-    async def counted(tool, *args, **kwargs):
-        threaded.append(tool.__name__)
-        return await to_thread(tool, *args, **kwargs)
-
-    monkeypatch.setattr(asyncio, "to_thread", counted)
+    threaded = count_threads(monkeypatch)
     (tmp_path / "note.txt").write_text("a note\n")
     (tmp_path / "big.txt").write_text("line\n" * 60_000)  # 300 KB
     os.mkfifo(tmp_path / "pipe")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 
+from support import count_threads
+
 from runner.testing import ScriptedServer
 
 
@@ -164,14 +166,7 @@ def test_a_warmed_up_daemons_clients_name_the_platform_without_a_thread_per_clie
     from runner.config import ModelConfig
     from runner.work import model as model_module
 
-    threads: list[str] = []
-    to_thread = asyncio.to_thread
-
-    async def counted(function, *args, **kwargs):
-        threads.append(function.__name__)
-        return await to_thread(function, *args, **kwargs)
-
-    monkeypatch.setattr(asyncio, "to_thread", counted)
+    threads = count_threads(monkeypatch)
     monkeypatch.setattr(model_module, "_platform", None)
     config = ModelConfig(name="test-model", api_key_env=None)
     server.add({"content": "cold"}, {"content": "warm"}, {"content": "plain"})
