@@ -41,7 +41,10 @@ from ..store.postgres import (
     JOB,
     PostgresStore,
     dropped,
+    psycopg_module,
+    quiet_connection,
     redact,
+    session,
 )
 from ..verify import settle_interrupted
 from ..work import warm_up
@@ -84,8 +87,6 @@ def procrastinate_module() -> Any:
 
 def make_app(url: str) -> Any:
     procrastinate = procrastinate_module()
-    from ..store.postgres import quiet_connection, session
-
     connector = procrastinate.PsycopgConnector(
         conninfo=url,
         min_size=1,
@@ -484,8 +485,6 @@ class Cluster(Daemon):
         dashboard or runner's MCP server reaches a daemon at once instead of at its next poll. Once listening,
         it reads the commands (one sent before the LISTEN had no one to tell); while it cannot listen (the
         database away), the commands are still read every poll interval."""
-        from ..store.postgres import psycopg_module, quiet_connection, session
-
         psycopg = psycopg_module()
         while True:
             try:
