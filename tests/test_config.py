@@ -56,6 +56,22 @@ def test_bad_runner_yaml(proj):
     assert "runner.yaml:4: daemon.max_concurrent_runs: Input should be greater than or equal to 1" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("store", "expected"),
+    [
+        ("mysql://root@db/x", "not a mysql:// URL"),
+        ("postgresq://me@db/x", "not a postgresq:// URL"),  # a typo is not a folder named `postgresq:`
+        ('""', "expected a folder relative to the project root"),  # what an unset ${VAR:-} gives
+    ],
+)
+def test_a_store_that_is_neither_a_folder_nor_a_postgresql_url_is_refused(proj, store, expected):
+    proj.write("runner.yaml", f"model:\n  name: m\nstore: {store}\n")
+    result = proj.cli("runs")
+    assert result.exit_code == 2
+    assert "runner.yaml:3: store: expected " in result.stderr and expected in result.stderr
+    assert [p.name for p in proj.root.iterdir() if p.name not in ("goals", "runner.yaml")] == []  # nothing made
+
+
 def test_validate_reports_every_problem_at_once(proj):
     proj.write("goals/a.yaml", "name: a\n")
     proj.write("goals/b.yaml", "prompt: hi\nlimits: {max_steps: x}\n")

@@ -444,3 +444,16 @@ class Settings(Strict):
     @classmethod
     def _model_name(cls, value: Any) -> Any:
         return {"name": value} if isinstance(value, str) else value
+
+    @field_validator("store")
+    @classmethod
+    def _store(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("expected a folder relative to the project root (default .runner) or a postgresql:// URL")
+        scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", value)
+        if scheme and scheme.group(1).lower() not in ("postgresql", "postgres"):
+            raise ValueError(
+                "expected a postgresql:// URL (postgresql://user@host/database) or a folder,"
+                f" not a {scheme.group(1)}:// URL"
+            )
+        return value if scheme is None else scheme.group(1).lower() + value[len(scheme.group(1)) :]
