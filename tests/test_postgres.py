@@ -8,6 +8,7 @@ one, failed under CI=true).
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import signal
@@ -22,7 +23,7 @@ from daemon_helpers import monitor, schedule
 from support import call
 
 from runner.schedule.cluster import ALREADY_QUEUED, INTERRUPTED_WITHIN, SPREAD, phase
-from runner.store.postgres import PostgresStore
+from runner.store.postgres import HOST, PostgresStore
 
 pytestmark = pytest.mark.timeout(600)  # several daemon processes each start in a few seconds, in minutes under load
 
@@ -71,6 +72,7 @@ def test_schema_is_migrated_once_and_the_daemon_refuses_a_database_behind(proj, 
     refused = proj.subprocess("daemon", timeout=60)
     assert refused.returncode == 3
     assert "run `runner db migrate`" in refused.stderr and "Traceback" not in refused.stderr
+    assert "runner.yaml: store: " in refused.stderr  # the setting to look at
     first = proj.subprocess("db", "migrate")
     assert "applied Procrastinate schema" in first.stdout
     assert "applied runner schema version 1" in first.stdout and "applied runner schema version 2" in first.stdout
@@ -78,6 +80,13 @@ def test_schema_is_migrated_once_and_the_daemon_refuses_a_database_behind(proj, 
     assert again.returncode == 0 and "is up to date" in again.stdout
     status = proj.subprocess("db", "status")
     assert status.returncode == 0 and "workers alive: 0" in status.stdout and "schema version 2" in status.stdout
+    store = PostgresStore(url)
+    store.exec("INSERT INTO runner_schema VALUES (99, 'a newer runner')")
+    store.close()
+    for command in (("db", "migrate"), ("runs",)):  # a newer schema is never called up to date, nor read
+        newer = proj.subprocess(*command)
+        assert newer.returncode == 3 and "newer than this runner knows" in newer.stderr, command
+        assert "upgrade runner" in newer.stderr and "up to date" not in newer.stdout
 
 
 def test_a_follow_up_waiting_on_its_goals_lock_is_announced_when_the_run_ends(proj, db):
@@ -213,11 +222,17 @@ def test_the_breakers_count_goes_up_in_one_statement_and_a_queued_reset_lands_fi
     store.close()
 
 
-def test_a_unreachable_server_is_one_line_without_the_password(proj):
+def test_a_unreachable_server_is_one_line_naming_the_setting_without_the_password(proj):
     use_store(proj, "postgresql://someone:hunter2@127.0.0.1:9/nowhere")
     result = proj.subprocess("runs")
     assert result.returncode == 3
-    assert "cannot reach the PostgreSQL store postgresql://someone:***@127.0.0.1:9/nowhere" in result.stderr
+    assert "runner.yaml: store: cannot reach the PostgreSQL store postgresql://someone:***@127.0.0.1:9/nowhere" in (
+        result.stderr
+    )
+    assert "hunter2" not in result.stderr and "Traceback" not in result.stderr
+    use_store(proj, "postgresql://someone@127.0.0.1:9/nowhere?sslmode=disable&password=hunter2")
+    result = proj.subprocess("db", "status")
+    assert result.returncode == 3 and "nowhere?sslmode=disable&password=***" in result.stderr
     assert "hunter2" not in result.stderr and "Traceback" not in result.stderr
 
 
@@ -306,8 +321,6 @@ def test_cron_and_every_for_a_minute_with_three_daemons_without_a_duplicate(proj
 def test_catch_up_after_every_daemon_was_down_runs_once(proj, db, cluster):
     monitor(proj, "nightly")
     schedule(proj, {"goal": "nightly", "every": "1h", "misfire_grace": "10m"})
-    from runner.store.postgres import PostgresStore
-
     store = PostgresStore(db)
     store.update_entry("main/nightly/every", last_fire=datetime.now(timezone.utc) - timedelta(hours=1, minutes=2))
     daemons = [cluster("daemon") for _ in range(3)]
@@ -345,12 +358,51 @@ def test_runner_trigger_reaches_one_daemon_of_many(proj, db, cluster):
     daemons = [cluster("daemon"), cluster("daemon")]
     sent = proj.subprocess("trigger", "manual")
     assert sent.returncode == 0 and "triggered manual: a daemon runs it" in sent.stdout
+    assert all(f":{daemon.proc.pid}" in sent.stdout for daemon in daemons)  # who may take it, by host:pid
     store = daemons[0].store()
     daemons[0].wait_for("the run", lambda: [r for r in store.runs() if r["ended"]])
     time.sleep(1)
     assert [r["trigger"] for r in store.runs()] == ["manual"]
     for daemon in daemons:
         assert daemon.stop() == 0
+
+
+def test_who_is_connected_decides_what_trigger_list_and_db_status_say(proj, db, cluster):
+    """No daemon connected: a trigger is queued at once, exit 0, and `list` says no daemon runs; with a daemon
+    and a worker, each is named by host:pid; a daemon killed with -9 is gone from the list at once."""
+    monitor(proj, "manual")
+    schedule(proj, {"goal": "manual", "every": "1h"})
+    queued = proj.subprocess("trigger", "manual")
+    assert queued.returncode == 0 and "queued manual: no daemon is running now" in queued.stdout
+    listed = proj.subprocess("list", "--json")
+    hourly = next(row for row in json.loads(listed.stdout) if row["entry"])
+    fire = datetime.fromisoformat(hourly["next_fire"])  # on the cluster's grid, not "after the daemon starts"
+    assert timedelta(0) < fire - datetime.now(timezone.utc) <= timedelta(hours=1)
+    assert json.loads(proj.subprocess("list", "--json").stdout) == json.loads(listed.stdout)  # the same each time
+    assert "daemon: not running" in proj.subprocess("list").stdout
+    status = proj.subprocess("db", "status")
+    assert "commands waiting for a daemon: 1" in status.stdout
+
+    daemon, worker = cluster("daemon"), cluster("worker")
+    store = daemon.store()
+    daemon.wait_for("the queued trigger's run", lambda: [r for r in store.runs("manual") if r["ended"]])
+    assert f"daemon: running (1: {HOST}:{daemon.proc.pid})" in proj.subprocess("list").stdout
+    report = json.loads(proj.subprocess("db", "status", "--json").stdout)
+    assert sorted((p["role"], p["where"]) for p in report["processes"]) == [
+        ("daemon", f"{HOST}:{daemon.proc.pid}"),
+        ("worker", f"{HOST}:{worker.proc.pid}"),
+    ]
+    assert report["commands_waiting"] == 0
+    daemon.proc.kill()
+    daemon.proc.wait()
+    daemon.wait_for(
+        "the killed daemon's sessions to end", lambda: "daemon: not running" in proj.subprocess("list").stdout
+    )
+    again = proj.subprocess("trigger", "manual")
+    assert (
+        again.returncode == 0 and "queued manual: no daemon is running now" in again.stdout
+    )  # the worker is no daemon
+    assert worker.stop() == 0
 
 
 def test_a_trigger_reaches_the_daemons_at_once_not_at_their_next_poll(proj, db, cluster):
@@ -481,13 +533,15 @@ def test_sigterm_drains_then_cancels(proj, db, cluster):
     assert "sleep 77.25" not in os.popen("ps -eo args").read()
 
 
-def test_a_worker_with_a_different_goal_file_ends_the_run_error(proj, db, cluster, tmp_path_factory):
+def test_a_worker_with_a_different_or_missing_goal_file_ends_the_run_error(proj, db, cluster, tmp_path_factory):
     monitor(proj, "hog", check="while [ ! -e released ]; do sleep 0.1; done")  # holds the slot until released
     monitor(proj, "edited")
+    monitor(proj, "gone")
     use_store(proj, db, poll_interval=0.1, max_concurrent_runs=1)
     other = tmp_path_factory.mktemp("other-machine")
     shutil.copytree(proj.root, other, dirs_exist_ok=True)
     (other / "goals" / "edited.yaml").write_text((other / "goals" / "edited.yaml").read_text() + "\n# changed here\n")
+    (other / "goals" / "gone.yaml").unlink()
     daemon = cluster("daemon")
     proj.subprocess("trigger", "hog")
     daemon.wait_log("start     hog")  # the daemon's only slot is taken: the worker gets the next run
@@ -497,6 +551,10 @@ def test_a_worker_with_a_different_goal_file_ends_the_run_error(proj, db, cluste
     run = daemon.wait_for("the refused run", lambda: [r for r in store.runs("edited") if r["ended"]])[0]
     assert run["outcome"] == "error"
     assert "goals/edited.yaml" in run["error"] and "differs from the copy the scheduler read" in run["error"]
+    proj.subprocess("trigger", "gone")  # a goal this checkout lacks: a run that says so, not a silent skip
+    run = daemon.wait_for("the run of a missing goal", lambda: [r for r in store.runs("gone") if r["ended"]])[0]
+    assert run["outcome"] == "error" and "goals/gone.yaml is missing" in run["error"]
+    assert "update this machine's checkout" in run["error"]
     (proj.root / "released").touch()
     assert worker.stop() == 0 and daemon.stop() == 0
 

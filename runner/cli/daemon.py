@@ -7,7 +7,7 @@ import math
 import sys
 import time
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
@@ -73,23 +73,29 @@ def list_goals(ctx: click.Context, as_json: bool) -> None:
     from ..config import Catalog
     from ..schedule.daemon import daemon_pid
     from ..store import open_store
+    from ..store.postgres import PostgresStore
 
     config = Catalog.load(ctx.obj)
     store = open_store(config.project)
-    pid = daemon_pid(config.project)
-    started = _daemon_started(config.project) if pid else None
+    if isinstance(store, PostgresStore):  # daemons anywhere, on one grid of fire times
+        daemons = [p["where"] for p in store.live_processes() if p["role"] == "daemon"]
+        running = f"running ({len(daemons)}: {', '.join(daemons)})" if daemons else ""
+        started: datetime | Literal["grid"] | None = "grid"
+    else:
+        pid = daemon_pid(config.project)
+        running = f"running (pid {pid})" if pid else ""
+        started = _daemon_started(config.project) if pid else None
     rows = [row for name in sorted(config.goals) for row in _goal_rows(config, store, name, started)]
     if as_json:
         click.echo(json.dumps(rows))
         return
     _print_entries(rows)
-    if pid:
-        click.echo(f"daemon: running (pid {pid})")
-    else:
-        click.echo("daemon: not running; schedules fire only while `runner daemon` runs")
+    click.echo(f"daemon: {running or 'not running; schedules fire only while `runner daemon` runs'}")
 
 
-def _goal_rows(config: Catalog, store: Store, name: str, daemon_started: datetime | None) -> list[dict[str, Any]]:
+def _goal_rows(
+    config: Catalog, store: Store, name: str, daemon_started: datetime | Literal["grid"] | None
+) -> list[dict[str, Any]]:
     """One row per entry of the goal (one row with no entry when it has none), with the entry's last outcome."""
     from ..schedule.triggers import describe
 
@@ -128,8 +134,11 @@ def _row(
     }
 
 
-def _next_fire(entry: Entry, state: dict[str, Any], daemon_started: datetime | None) -> tuple[datetime | None, str]:
-    """When the entry fires next, and how to say it; the same answer on every call (no `now + every`)."""
+def _next_fire(
+    entry: Entry, state: dict[str, Any], daemon_started: datetime | Literal["grid"] | None
+) -> tuple[datetime | None, str]:
+    """When the entry fires next, and how to say it; the same answer on every call (no `now + every`).
+    `daemon_started` is "grid" on a PostgreSQL store: there `every` entries fire on a fixed grid."""
     from ..schedule.triggers import next_fire
 
     if entry.every is None:
@@ -138,6 +147,11 @@ def _next_fire(entry: Entry, state: dict[str, Any], daemon_started: datetime | N
     every = timedelta(seconds=entry.every)
     last = datetime.fromisoformat(state["last_fire"]) if state.get("last_fire") else None
     now = datetime.now(timezone.utc)
+    if daemon_started == "grid":
+        from ..schedule.cluster import next_on_grid
+
+        fire = next_on_grid(entry, max(b for b in (last, now) if b is not None))
+        return (fire, _when(fire)) if fire is not None else (None, "-")
     if daemon_started is not None:
         base = max(b for b in (last, daemon_started) if b is not None)
         steps = max(1, math.ceil((now - base) / every))
@@ -200,7 +214,7 @@ def trigger(ctx: click.Context, name: str, payload: Any) -> None:
     from ..config import Catalog
     from ..schedule.daemon import daemon_pid
     from ..store import open_store
-    from ..store.postgres import is_postgres_url
+    from ..store.postgres import PostgresStore
 
     config = Catalog.load(ctx.obj)
     if name not in config.goals:
@@ -210,18 +224,21 @@ def trigger(ctx: click.Context, name: str, payload: Any) -> None:
     if text is not None and len(text.encode()) > MAX_PAYLOAD:
         raise ConfigError(f"--payload: {len(text.encode())} bytes is over the limit of {MAX_PAYLOAD} bytes")
     command = store.send_command("trigger", name, text)
-    pid = daemon_pid(config.project)
-    cluster = is_postgres_url(config.project.settings.store)  # its daemons may run on other machines
-    if not pid and not cluster:
+    if isinstance(store, PostgresStore):  # its daemons may run on other machines
+        daemons = [p["where"] for p in store.live_processes() if p["role"] == "daemon"]
+        who, which = ("a daemon", f" (connected: {', '.join(daemons)})") if daemons else ("", "")
+    else:
+        pid = daemon_pid(config.project)
+        who, which = (f"the daemon (pid {pid})", "") if pid else ("", "")
+    if not who:
         click.echo(f"queued {name}: no daemon is running now; it runs when `runner daemon` starts")
         return
-    who = f"the daemon (pid {pid})" if pid else "a daemon"
     wait = max(5.0, 4 * config.project.settings.daemon.poll_interval)
     if not _taken(store, command, wait):
         raise DaemonError(
-            f"{who} did not take the trigger of {name} within {wait:g}s; it stays queued (see the daemon's log)"
+            f"{who} did not take the trigger of {name} within {wait:g}s{which}; it stays queued (see the daemon's log)"
         )
-    click.echo(f"triggered {name}: {who} runs it as soon as the goal is free")
+    click.echo(f"triggered {name}: {who} runs it as soon as the goal is free{which}")
 
 
 def _taken(store: Store, command: int, wait: float) -> bool:

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 
 def postgres_store(ctx: click.Context, check_schema: bool = True) -> PostgresStore:
-    from ..store.postgres import PostgresStore, is_postgres_url
+    from ..store import open_postgres
+    from ..store.postgres import is_postgres_url
 
     project = project_of(ctx)
     url = project.settings.store
@@ -25,7 +26,7 @@ def postgres_store(ctx: click.Context, check_schema: bool = True) -> PostgresSto
             f"{project.root / 'runner.yaml'}: store: expected a postgresql:// URL for this command"
             f" (the store is {url!r}, an SQLite folder)"
         )
-    return PostgresStore(url, check_schema=check_schema)
+    return open_postgres(project, check_schema=check_schema)
 
 
 @click.group()
@@ -60,7 +61,7 @@ def migrate(ctx: click.Context) -> None:
 @click.pass_context
 @reports_errors
 def status(ctx: click.Context, as_json: bool) -> None:
-    """Workers alive, and runs queued and running per goal.
+    """Workers alive (each daemon and worker by host:pid), and runs queued and running per goal.
 
     \b
     Example:
@@ -76,6 +77,10 @@ def status(ctx: click.Context, as_json: bool) -> None:
     click.echo(f"database {report['database']}  schema version {report['schema_version']}")
     silent = len(report["workers"]) - len(alive)
     click.echo(f"workers alive: {len(alive)}" + (f" ({silent} silent, pruned when a worker starts)" if silent else ""))
+    for process in report["processes"]:
+        click.echo(f"  {process['role']} {process['where']}")
+    if report["commands_waiting"]:
+        click.echo(f"commands waiting for a daemon: {report['commands_waiting']}")
     for name, counts in sorted(report["goals"].items()):
         click.echo(f"  {name}: {counts['running']} running, {counts['queued']} queued")
     if not report["goals"]:

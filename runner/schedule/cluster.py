@@ -41,6 +41,7 @@ from ..store.postgres import (
     JOB,
     PostgresStore,
     dropped,
+    process_name,
     psycopg_module,
     quiet_connection,
     redact,
@@ -85,13 +86,14 @@ def procrastinate_module() -> Any:
     return procrastinate
 
 
-def make_app(url: str) -> Any:
+def make_app(url: str, name: str | None = None) -> Any:
+    """A Procrastinate app on the store's database; its connections carry `name` (see `process_name`)."""
     procrastinate = procrastinate_module()
     connector = procrastinate.PsycopgConnector(
         conninfo=url,
         min_size=1,
         max_size=10,
-        kwargs=session(url),
+        kwargs={**session(url), **({"application_name": name} if name else {})},
         connection_class=quiet_connection(),
         pool_factory=_pool,
         configure=_configure,
@@ -158,9 +160,10 @@ class Cluster(Daemon):
         self.schedules = schedules
         self.catalog.project.state.mkdir(parents=True, exist_ok=True)
         self.concurrency = concurrency or self.settings.max_concurrent_runs
-        self.app = make_app(self.store.url)
+        self.name = process_name("daemon" if schedules else "worker")
+        self.app = make_app(self.store.url, self.name)
         self.app.task(name=TASK, pass_context=True)(self.run_job)
-        self.queue = make_app(self.store.url)
+        self.queue = make_app(self.store.url, self.name)
         """Defers on a pool of their own: a burst of triggers never makes the worker wait for a connection."""
         self.worker: asyncio.Task[Any] | None = None
         self.deferring: set[asyncio.Task[Any]] = set()
@@ -436,17 +439,15 @@ class Cluster(Daemon):
         the_goal = self.catalog.goals.get(goal)
         token = JOB.set(job.job.id)
         try:
-            if the_goal is None:
-                return self.record("skip", entry, f"unknown goal {goal!r} on {HOST}", goal=goal)
             if entry is not None and await self.paused_now(entry):  # paused while the job waited
                 return self.record("skip", entry, "the entry is paused (runner resume to restart it)")
             if job.job.attempts:
                 trigger = "retry"
-            mismatch = self.mismatch(the_goal, digest)
-            if mismatch:
+            refused = self.missing(goal) if the_goal is None else self.mismatch(the_goal, digest)
+            if refused is not None or the_goal is None:
                 run_id = self.store.new_run(goal, trigger, entry_id)
-                self.store.finish_run(run_id, "error", error=mismatch)
-                return self.record("error", entry, f"run {run_id}: {mismatch}", goal=goal)
+                self.store.finish_run(run_id, "error", error=refused)
+                return self.record("error", entry, f"run {run_id}: {refused}", goal=goal)
             when = datetime.fromisoformat(due) if due else None
             self.finished(the_goal, entry, await self.execute(the_goal, entry, trigger, when, context))
         except Exception as exc:  # a broken goal never stops the worker
@@ -465,6 +466,13 @@ class Cluster(Daemon):
         if stamp != self.stamp:
             self.stamp = stamp
             self.reload()
+
+    @staticmethod
+    def missing(goal: str) -> str:
+        return (
+            f"goal {goal!r} is not in this checkout on {HOST} (goals/{goal}.yaml is missing or invalid here):"
+            " update this machine's checkout"
+        )
 
     def mismatch(self, goal: Goal, digest: str) -> str | None:
         mine = self.digest(goal)
@@ -489,7 +497,11 @@ class Cluster(Daemon):
         while True:
             try:
                 async with await quiet_connection().connect(
-                    self.store.url, autocommit=True, connect_timeout=10, **session(self.store.url)
+                    self.store.url,
+                    autocommit=True,
+                    connect_timeout=10,
+                    application_name=self.name,
+                    **session(self.store.url),
                 ) as connection:
                     await connection.execute(f"LISTEN {COMMANDS_CHANNEL}")
                     self.command_heard()
@@ -557,6 +569,15 @@ class Cluster(Daemon):
                 await self.app.job_manager.finish_job_by_id_async(
                     job.id, status=procrastinate.jobs.Status.FAILED, delete_job=False
                 )
+
+
+def next_on_grid(entry: Entry, after: datetime) -> datetime | None:
+    """An `every` entry's first fire time after `after` on the cluster's grid (what every daemon fires), or None
+    past its `until`."""
+    every = timedelta(seconds=float(entry.every or 0))
+    start = ANCHOR + timedelta(seconds=phase(entry))
+    fire = start + ((after - start) // every + 1) * every
+    return None if entry.until is not None and fire > entry.until else fire
 
 
 def phase(entry: Entry) -> float:
@@ -635,7 +656,8 @@ async def migrate(store: PostgresStore) -> list[str]:
 
 
 async def status(store: PostgresStore) -> dict[str, Any]:
-    """Workers alive, and jobs queued and running per goal."""
+    """The daemons and workers connected, Procrastinate's workers alive, commands no daemon took yet, and jobs
+    queued and running per goal."""
     if store.exec("SELECT to_regclass('procrastinate_jobs') AS t").fetchone()["t"] is None:
         raise DaemonError(f"the database {redact(store.url)} has no Procrastinate schema: run `runner db migrate`")
     workers = store.exec(
@@ -652,9 +674,12 @@ async def status(store: PostgresStore) -> dict[str, Any]:
     for row in jobs:
         counts = goals.setdefault(row["goal"], {"queued": 0, "running": 0})
         counts["queued" if row["status"] == "todo" else "running"] = row["n"]
+    waiting = store.exec("SELECT count(*) AS n FROM runner_commands WHERE taken IS NULL").fetchone()["n"]
     return {
         "database": store.where,
         "schema_version": store.schema_version(),
+        "processes": store.live_processes(),
+        "commands_waiting": waiting,
         "workers": [{**w, "last_heartbeat": w["last_heartbeat"].isoformat()} for w in workers],
         "goals": goals,
         "checked": now(),

@@ -101,6 +101,15 @@ SCHEMA_VERSION = len(MIGRATIONS)
 MIGRATE_LOCK = 7_146_001  # a pg_advisory_xact_lock key: one `runner db migrate` at a time
 
 
+def process_name(role: str) -> str:
+    """The `application_name` of a daemon's or worker's connections: who is connected reads from the server's
+    own session list (`live_processes`), with no heartbeat to write and nothing to clean up after a crash."""
+    return f"{PROCESS_PREFIX}{role} {HOST}:{os.getpid()}"[:63]  # the server keeps 63 bytes
+
+
+PROCESS_PREFIX = "runner "
+
+
 def is_postgres_url(text: str) -> bool:
     return text.startswith(("postgresql://", "postgres://"))
 
@@ -154,8 +163,9 @@ def reconnected(connection: Any, connect: Callable[[], Any]) -> Any:
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
+    """The URL without its password (in the user part or a `password=` parameter), for messages."""
+    url = re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
+    return re.sub(r"([?&]password=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
 
 
 def psycopg_module() -> Any:
@@ -291,6 +301,9 @@ class PostgresStore(Store):
                 f"the database {self.where} has runner's schema at version {version}, this runner needs"
                 f" {SCHEMA_VERSION}: run `runner db migrate`"
             )
+        self._not_newer(version)
+
+    def _not_newer(self, version: int) -> None:
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"the database {self.where} has runner's schema at version {version}, newer than this runner"
@@ -304,6 +317,7 @@ class PostgresStore(Store):
             self.db.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
             self.db.execute("CREATE TABLE IF NOT EXISTS runner_schema (version INTEGER PRIMARY KEY, applied TEXT)")
             row = self.db.execute("SELECT max(version) AS v FROM runner_schema").fetchone()
+            self._not_newer(row["v"] or 0)
             for version in range((row["v"] or 0) + 1, SCHEMA_VERSION + 1):
                 self.db.execute(MIGRATIONS[version - 1])
                 self.db.execute("INSERT INTO runner_schema VALUES (%s, %s)", (version, now()))
@@ -550,6 +564,18 @@ class PostgresStore(Store):
         row = self.exec("DELETE FROM runner_approvals WHERE run_id = %s RETURNING decision, reason", (run_id,))
         found = row.fetchone()
         return (found["decision"], found["reason"]) if found else None
+
+    def live_processes(self) -> list[dict[str, str]]:
+        """The daemons and workers connected to this database now, each as {"role", "where"} (host:pid), from
+        the server's session list: a process that died has no session left."""
+        rows = self.exec(
+            "SELECT DISTINCT application_name AS name FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name LIKE %s ORDER BY 1",
+            (f"{PROCESS_PREFIX}%",),
+            after_writes=False,
+        ).fetchall()
+        found = [row["name"][len(PROCESS_PREFIX) :].partition(" ") for row in rows]
+        return [{"role": role, "where": where} for role, _, where in found if role in ("daemon", "worker")]
 
     # commands for the daemons: each is taken by exactly one of them
     def send_command(self, kind: str, target: str, payload: str | None = None) -> int:
