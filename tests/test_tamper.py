@@ -178,6 +178,90 @@ def test_a_restore_that_cannot_finish_still_ends_tampered(proj, server, monkeypa
     assert [run["outcome"] for run in json.loads(proj.cli("runs", "--json").output)] == ["tampered"]
 
 
+# What a change left is kept before it is put back: it may be a person's edit ----------------------------
+
+
+def kept(proj, run_id: str, rel: str = ""):
+    return proj.root / ".runner/tampered" / run_id / rel
+
+
+@pytest.mark.parametrize(
+    ("rel", "shell", "check", "changed"),
+    [
+        ("tests/test_calc.py", f"printf '{FORGED}' > tests/test_calc.py", "true", FORGED),  # the agent's
+        ("goals/other.yaml", "true", "printf 'prompt: mine' > goals/other.yaml", "prompt: mine"),  # a person's, say
+    ],
+    ids=["the agent's edit", "a person's edit"],
+)
+def test_a_changed_protected_file_is_kept_before_it_is_put_back(proj, server, rel, shell, check, changed):
+    calc_project(proj, sandbox="off", verify={"checks": [{"run": VERIFIER}, {"run": check}]})
+    proj.goal("other", prompt="theirs")
+    original = (proj.root / rel).read_text()
+    server.add({"tool_calls": [call("shell", command=shell)]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert (out["exit_code"], out["outcome"]) == (1, "tampered")
+    assert (proj.root / rel).read_text() == original
+    assert kept(proj, out["run_id"], rel).read_text() == changed
+    assert f"the changed versions are kept in .runner/tampered/{out['run_id']}/" in out["error"]
+
+
+def test_a_created_protected_file_is_kept_then_removed(proj, server):
+    calc_project(proj, sandbox="off")
+    server.add({"tool_calls": [call("shell", command="echo 'import os' > verifiers/extra.py")]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert out["outcome"] == "tampered" and not (proj.root / "verifiers/extra.py").exists()
+    assert kept(proj, out["run_id"], "verifiers/extra.py").read_text() == "import os\n"
+
+
+@pytest.mark.parametrize(
+    ("attack", "why"),
+    [
+        ("rm verifiers/unit.py && ln -s ../secret.txt verifiers/unit.py", "verifiers/unit.py (a symlink, not followed"),
+        ("rm verifiers/unit.py && mkfifo verifiers/unit.py", "verifiers/unit.py (a FIFO, not read)"),
+        (
+            "mkdir elsewhere && cp secret.txt elsewhere/unit.py && rm -r verifiers && ln -s elsewhere verifiers",
+            "verifiers/unit.py (verifiers is a symlink, not followed)",
+        ),
+    ],
+    ids=["symlink", "fifo", "symlinked folder"],
+)
+def test_a_symlink_or_fifo_planted_at_a_protected_path_is_named_not_read(proj, server, attack, why):
+    calc_project(proj, sandbox="off")
+    proj.write("secret.txt", "SECRET\n")
+    server.add({"tool_calls": [call("shell", command=attack)]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert out["outcome"] == "tampered" and f"not kept: {why}" in out["error"]
+    assert (proj.root / "verifiers/unit.py").read_text() == UNIT
+    folder = kept(proj, out["run_id"])
+    assert not any("SECRET" in path.read_text() for path in folder.rglob("*") if path.is_file())
+    assert not os.path.lexists(folder / "verifiers/unit.py")
+
+
+def test_a_changed_file_over_the_cap_is_named_not_kept(proj, server, monkeypatch):
+    monkeypatch.setattr(tamper, "MAX_COPY", 1000)  # the originals are smaller: they are put back
+    calc_project(proj, sandbox="off")
+    grow = "python3 -c \"print('#' * 5000)\" >> verifiers/unit.py && echo 'x = 1' > verifiers/extra.py"
+    server.add({"tool_calls": [call("shell", command=grow)]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert out["outcome"] == "tampered" and "not kept: verifiers/unit.py (larger than" in out["error"]
+    assert (proj.root / "verifiers/unit.py").read_text() == UNIT
+    assert not kept(proj, out["run_id"], "verifiers/unit.py").exists()
+    assert kept(proj, out["run_id"], "verifiers/extra.py").read_text() == "x = 1\n"  # the cap is per file
+
+
+@pytest.mark.parametrize("run_id", ["../../escaped", "a/../../b", "..", ""])
+def test_an_odd_run_id_or_a_climbing_path_keeps_nothing_outside_the_runs_folder(proj, run_id):
+    calc_project(proj)
+    snapshot = tamper.Snapshot.take(load_goal(load_project(proj.root), "calc"))
+    proj.write("verifiers/unit.py", FORGED)
+    climbing = ["verifiers/../src/calc.py", f"../{proj.root.name}/src/calc.py"]  # both lead to a real file
+    kept = snapshot.keep([*snapshot.changes(), *climbing], run_id)
+    assert kept.folder.startswith(".runner/tampered/") and kept.folder.count("/") == 3
+    assert kept.missed == [f"{path} (not a path inside the project)" for path in climbing]
+    found = [path for path in (proj.root / ".runner/tampered").rglob("*") if path.is_file()]
+    assert found == [proj.root / kept.folder / "verifiers/unit.py"] and found[0].read_text() == FORGED
+
+
 @pytest.mark.parametrize(
     "pattern", [".", "./", "**", "*", ".*", ".runner", ".runner/**", "./.runner/runs.db", "..", "goals/../.runner"]
 )

@@ -348,7 +348,8 @@ class Verifier:
             self.snapshot = Snapshot.take(self.goal)
 
     def _tampered(self, who: str, *, checks_ran: bool = False) -> RunResult | None:
-        """The run ends `tampered` when protected paths changed since the snapshot; what changed is put back.
+        """The run ends `tampered` when protected paths changed since the snapshot; what changed is kept in
+        `.runner/tampered/<run id>/` (the change may be a person's), then put back.
         Without a snapshot nothing that may write has run since the last one: nothing to compare."""
         snapshot = self.snapshot
         if snapshot is None:
@@ -356,9 +357,14 @@ class Verifier:
         changed = snapshot.changes(checks_ran=checks_ran)
         if not changed:
             return None
+        kept = snapshot.keep(changed, self.result.run_id)
         failed = snapshot.restore(changed)
-        put_back = f"; could not put back: {_some(failed)}" if failed else " (their original content was put back)"
-        return self._finish("tampered", error=f"{who} changed protected files: {_some(changed)}{put_back}")
+        notes = [f"could not put back: {_some(failed)}" if failed else "their original content was put back"]
+        if kept.paths:
+            notes.append(f"the changed versions are kept in {kept.folder}")
+        if kept.missed:
+            notes.append(f"not kept: {_some(kept.missed)}")
+        return self._finish("tampered", error=f"{who} changed protected files: {_some(changed)} ({'; '.join(notes)})")
 
     def _waiting(self, runs: list[str]) -> None:
         self.record(Event.CLAIM_WAIT, {"runs": runs})

@@ -1,5 +1,7 @@
 """The tamper lock: what decides a goal (the acceptance scripts, what the checks read, the protected paths)
 is fingerprinted before an attempt, compared after its work and again after its checks, and put back if changed.
+What was found in a changed file is kept first (`.runner/tampered/<run id>/`): runner cannot tell the agent's
+edit from a person's, and a person's must not be lost.
 
 Two runs in one project (the daemon, or two CLIs) share one filesystem. A run claims its protected paths
 for as long as it runs (`Claim`): a run whose goal may write what another run protects, or the other way
@@ -13,6 +15,7 @@ import asyncio
 import fnmatch
 import json
 import os
+import re
 import shutil
 import stat
 from collections.abc import AsyncIterator, Callable
@@ -36,7 +39,7 @@ CACHES = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".hypoth
 MAX_COPY = 16 * 1024 * 1024
 """A protected file larger than this is fingerprinted but no copy is kept: a change to it cannot be put back."""
 MAX_COPIES = 256 * 1024 * 1024
-"""Copies kept for one snapshot at most; files past it are fingerprinted only."""
+"""Copies kept for one snapshot at most, and of one run's changed files; files past it are not copied."""
 
 Stamp = tuple[int, int, int, int, int]
 """(inode, size, mtime_ns, ctime_ns, mode): any write changes ctime, which no unprivileged tool can set back."""
@@ -109,6 +112,32 @@ class Snapshot:
                 self.stamps.pop(rel, None)
                 self.files.pop(rel, None)
 
+    def keep(self, paths: list[str], run_id: str) -> Kept:
+        """Copy what is at each of `paths` now to `.runner/tampered/<run id>/<path>` (a deleted path leaves
+        nothing to keep). The state folder is never fingerprinted: writing there is no change."""
+        folder = f"tampered/{_folder_name(run_id)}/"  # made below `.runner`, which may be a link the user made
+        kept = Kept(f"{STATE}/{folder}", [], [])
+        room = MAX_COPIES
+        for rel in paths:
+            if rel.endswith("/"):  # a folder made unreadable: its files are still there
+                continue
+            try:
+                content = _read_now(self.root, rel)
+                if content is None:
+                    continue
+                if len(content) > room:
+                    raise _NoCopy(f"past the {MAX_COPIES // 2**20} MB kept for one run")
+                room -= len(content)
+                (self.root / STATE).mkdir(exist_ok=True)
+                _write_new(self.root / STATE, folder + rel, content)
+            except OSError as exc:
+                kept.missed.append(f"{rel} ({exc.strerror or exc})")
+            except _NoCopy as exc:
+                kept.missed.append(f"{rel} ({exc})")
+            else:
+                kept.paths.append(rel)
+        return kept
+
     def restore(self, paths: list[str]) -> list[str]:
         """Put `paths` back as they were; what could not be put back, each as `path (why)`."""
         failed: list[str] = []
@@ -132,17 +161,82 @@ class Snapshot:
         content = self.files.get(rel)
         if content is None:
             raise _NoCopy(f"no copy was kept: larger than {MAX_COPY // 2**20} MB or unreadable")
-        _make_folders(self.root, rel)
-        _remove(full)
-        fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as file:
-            file.write(content)
+        _write_new(self.root, rel, content)
         os.chmod(full, stat.S_IMODE(self.stamps[rel][4]))
         _contents.pop(str(full), None)
 
 
+@dataclass
+class Kept:
+    """The changed versions of protected files, kept before they were put back."""
+
+    folder: str
+    """Relative to the root, ending in `/`: `.runner/tampered/<run id>/`."""
+    paths: list[str]
+    missed: list[str]
+    """What was not kept, each as `path (why)`: too large, or not a regular file (a symlink is not followed)."""
+
+
 class _NoCopy(Exception):
-    """The original content of a changed file is not known."""
+    """The content of a changed file is not known (its original), or not kept (what the change left)."""
+
+
+def _folder_name(run_id: str) -> str:
+    """`run_id` as one folder name: runner makes ids of digits, letters and dashes; anything else (a dot, a
+    slash) becomes `_`, so the folder stays inside `.runner/tampered/`."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", run_id)[:100] or "_"
+
+
+def _read_now(root: Path, rel: str) -> bytes | None:
+    """The regular file at `rel` now; None when nothing is there. No step below the root follows a link, and
+    nothing but a regular file is opened (a FIFO would block the read, a device never end it)."""
+    *folders, name = parts = rel.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise _NoCopy("not a path inside the project")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for depth, part in enumerate(folders, 1):
+            mode = _mode(part, fd)
+            if mode is not None and stat.S_ISLNK(mode):
+                raise _NoCopy(f"{'/'.join(folders[:depth])} is a symlink, not followed")
+            if mode is None or not stat.S_ISDIR(mode):
+                return None
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        mode = _mode(name, fd)
+        if mode is None:
+            return None
+        if not stat.S_ISREG(mode):
+            raise _NoCopy(_KINDS.get(stat.S_IFMT(mode), "not a regular file"))
+        with os.fdopen(os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd), "rb") as file:
+            content = file.read(MAX_COPY + 1)
+    finally:
+        os.close(fd)
+    if len(content) > MAX_COPY:
+        raise _NoCopy(f"larger than {MAX_COPY // 2**20} MB")
+    return content
+
+
+_KINDS = {stat.S_IFLNK: "a symlink, not followed", stat.S_IFIFO: "a FIFO, not read"}
+
+
+def _mode(name: str, folder: int) -> int | None:
+    try:
+        return os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return None
+
+
+def _write_new(root: Path, rel: str, content: bytes) -> None:
+    """A new file at `rel`, readable by its owner only, in place of whatever is there; a link where a folder
+    above it was is replaced by a folder, so nothing is written through a link."""
+    full = root / rel
+    _make_folders(root, rel)
+    _remove(full)
+    fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as file:
+        file.write(content)
 
 
 def _remove(full: Path) -> None:
