@@ -23,7 +23,7 @@ def approve(ctx: click.Context, run_id: str) -> None:
     Example:
       runner approve 20261129-233331-0cd5e6
     """
-    answer_run(project_of(ctx), run_id, "approve", None)
+    answer_run(project_of(ctx), run_id, "approve", "approved with runner approve")
 
 
 @click.command()
@@ -38,10 +38,11 @@ def reject(ctx: click.Context, run_id: str, reason: str | None) -> None:
     Example:
       runner reject 20261129-233331-0cd5e6 --reason "too sad"
     """
-    answer_run(project_of(ctx), run_id, "reject", reason)
+    answer_run(project_of(ctx), run_id, "reject", reason or "rejected with runner reject")
 
 
-def answer_run(project: Project, run_id: str, decision: str, reason: str | None) -> None:
+def answer_run(project: Project, run_id: str, decision: str, reason: str) -> None:
+    """Answer, saying who decided when the person gave no reason (the run's history shows it)."""
     from ..verify import answer
 
     click.echo(run_async(answer(project, run_id, decision, reason)))

@@ -130,7 +130,7 @@ def execute(
             resume=resume,
         )
         store.flush()  # what the person reads next (runner show, runner continue) is in the store
-        data = show_result(result, as_json, quiet)
+        data = show_result(result, store, as_json, quiet)
         await notify.drain(NOTIFY_WAIT)  # after the result is out: a slow receiver delays only the exit
         return data
 
@@ -150,23 +150,40 @@ class NoWait:
         raise asyncio.CancelledError  # the verify loop ends the run, keeping it awaiting_approval
 
 
-def show_result(result: RunResult, as_json: bool, quiet: bool) -> dict:
+ANSWER_HINT = "  waits for approval of {check}: runner approve {run_id} or runner reject {run_id} --reason ..."
+"""What `runner goal` says under a run it left awaiting approval."""
+
+
+def show_result(result: RunResult, store: Store, as_json: bool, quiet: bool) -> dict:
     from .display import outcome_line
 
     data = result.to_json()
+    if result.outcome == "awaiting_approval":
+        data = awaiting(store, data)
     if as_json:
         click.echo(json.dumps(data))
     else:
         click.echo(outcome_line(data))
         if not quiet:
-            if result.error:
-                click.echo(f"  {result.error}")
+            if data["error"]:
+                click.echo(f"  {data['error']}")
+            if result.outcome == "awaiting_approval":
+                click.echo(ANSWER_HINT.format(check=data["checks"][-1]["name"], run_id=result.run_id))
             if result.final_message:
                 click.echo(f"  final message: {result.final_message.strip()[:500]}")
             if result.continues:
                 click.echo(f"  continues run {result.continues}")
             click.echo(f"  run {result.run_id} (runner show {result.run_id})")
     return data
+
+
+def awaiting(store: Store, data: dict[str, Any]) -> dict[str, Any]:
+    """A run left awaiting approval (--no-wait, or its process stopped waiting): the checks of its attempt that
+    ran, then the approve check it waits on (`passed` null), and no error: the run goes on with runner approve."""
+    run = store.run(data["run_id"])
+    ran = [c for c in run["checks"] if c["attempt"] == data["attempts"]]  # attempt 0: checks_first
+    checks = [{"name": c["name"], "passed": bool(c["passed"]), "exit_code": c["exit_code"]} for c in ran]
+    return {**data, "checks": [*checks, {"name": run["pending"], "passed": None, "exit_code": None}], "error": None}
 
 
 @click.command(name="continue")

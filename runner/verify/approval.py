@@ -3,8 +3,9 @@
 - At a terminal, `TerminalApprover` asks there and then.
 - Without one (the daemon, CI), `StoreApprover` leaves the run `awaiting_approval` and waits for the
   answer that `runner approve` / `runner reject` (`answer`) writes into the store.
-- When the waiting process is gone, `answer` finishes the run itself: the checks after the approved
-  one are run, and the run ends `achieved`, `not_achieved` or `rejected`.
+- When the waiting process is gone, `answer` finishes the run itself, as the verify loop would have: the
+  approval's result, then (approved) the checks after it, then the outcome (`achieved`, `satisfied`,
+  `not_achieved` or `rejected`), each written to the store and appended to the run's transcript.
 
 The checks see only the `Approver` interface (`checks.Approver`).
 """
@@ -13,18 +14,30 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from datetime import datetime
 from typing import Any
 
 from ..config import Check, Project, load_goal
 from ..errors import ConfigError
-from ..store import Store, open_store
-from .checks import run_checks_alone
+from ..store import Store, now, open_store
+from ..vocabulary import Event, Outcome
+from .checks import CheckResult, run_checks_alone
 
 HANDOVER_WAIT = 10.0
 
 
 async def answer(project: Project, run_id: str, decision: str, reason: str | None) -> str:
+    """Answer the approve check run `run_id` waits on; `reason` says why, or who decided (the caller knows)."""
     store = open_store(project)
+    try:
+        said = await _answer(project, store, run_id, decision, reason)
+        store.flush()  # what the person reads next (runner show) is in the store
+        return said
+    finally:
+        store.close()
+
+
+async def _answer(project: Project, store: Store, run_id: str, decision: str, reason: str | None) -> str:
     run = store.run(run_id)
     run_id = run["id"]
     if run["outcome"] != "awaiting_approval":
@@ -37,40 +50,54 @@ async def answer(project: Project, run_id: str, decision: str, reason: str | Non
                 return f"{verb} run {run_id}; process {run['pid']} goes on with it"
             await asyncio.sleep(0.1)
     store.take_answer(run_id)
-    if decision != "approve":
-        store.finish_run(run_id, "rejected", error=reason or "rejected", pending=None)
-        return f"rejected run {run_id}: its outcome is rejected"
-    outcome = await _finish_checks(project, store, run)
-    return f"approved run {run_id}: its outcome is {outcome}"
+    approval = CheckResult(run["pending"], "approve", decision == "approve", reason=reason or verb)  # as approve_check
+    outcome = await _finish_alone(project, store, run, approval)
+    return f"{verb} run {run_id}: its outcome is {outcome}"
 
 
-async def _finish_checks(project: Project, store: Store, run: dict) -> str:
-    """Record the approval and run the checks after it, for a run whose process is gone."""
-    goal = load_goal(project, run["goal"])
-    names = [c.name for c in goal.verify.checks]
-    attempt = max([c["attempt"] for c in run["checks"]], default=run["attempts"])
-    position = names.index(run["pending"]) if run["pending"] in names else len(names) - 1
-    store.record_check(
-        run["id"],
-        attempt,
-        position,
-        name=run["pending"],
-        kind="approve",
-        passed=1,
-        reason="approved with runner approve",
-    )
-    later = goal.verify.checks[position + 1 :]
-    results = await run_checks_alone(
-        goal,
-        later,
-        run["id"],
-        attempt,
-        approver=None,
-        on_result=lambda i, r: store.record_check(run["id"], attempt, position + 1 + i, **r.columns()),
-    )
-    outcome = "achieved" if all(r.passed for r in results) else "not_achieved"
-    store.finish_run(run["id"], outcome, pending=None)
+async def _finish_alone(project: Project, store: Store, run: dict[str, Any], approval: CheckResult) -> Outcome:
+    """Finish a run whose process is gone with the approval's result: its checks and its outcome go to the
+    store and to its transcript, as the verify loop writes them. A rejection runs no more checks (nor needs
+    the goal file)."""
+    attempt = run["attempts"]  # 0: the checks before any work (checks_first)
+    ran = [c for c in run["checks"] if c["attempt"] == attempt]  # the checks before it, in order
+    answered = [c["position"] for c in ran if c["name"] == approval.name and c["kind"] == "approve"]
+    position = answered[0] if answered else len(ran)  # answered: a runner approve stopped half-way
+    goal = load_goal(project, run["goal"]) if approval.passed else None  # before a write: a broken file changes nothing
+    transcript = store.transcript(run["id"])
+
+    def recorded(index: int, result: CheckResult) -> None:
+        store.record_check(run["id"], attempt, position + index, **result.columns())
+        transcript.append(Event.CHECK, {"attempt": attempt, **result.record()})
+
+    try:
+        recorded(0, approval)
+        outcome: Outcome = "rejected"
+        if goal is not None:
+            later = goal.verify.checks[position + 1 :]
+            results = await run_checks_alone(goal, later, run["id"], attempt, None, lambda i, r: recorded(i + 1, r))
+            passed = all(r.passed for r in results)
+            outcome = "not_achieved" if not passed else "satisfied" if attempt == 0 else "achieved"
+        error = None if approval.passed else approval.reason
+        store.finish_run(run["id"], outcome, error=error, pending=None)
+        transcript.append(Event.OUTCOME, _outcome_event(run, outcome, error))
+    finally:
+        transcript.close()
     return outcome
+
+
+def _outcome_event(run: dict[str, Any], outcome: Outcome, error: str | None) -> dict[str, Any]:
+    """The transcript's closing event, with the usage the run's process recorded before it went."""
+    waited = datetime.fromisoformat(now()) - datetime.fromisoformat(run["started"])
+    return {
+        "outcome": outcome,
+        "error": error,
+        "attempts": run["attempts"],
+        "steps": run["steps"],
+        "tokens": run["tokens"],
+        "cost_usd": run.get("cost"),
+        "duration_s": round(waited.total_seconds(), 3),
+    }
 
 
 class TerminalApprover:

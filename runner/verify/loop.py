@@ -482,7 +482,8 @@ class Verifier:
         result.outcome, result.error = outcome, error
         result.duration_s = time.monotonic() - self.started
         if outcome == "cancelled" and self.store.run(result.run_id)["outcome"] == "awaiting_approval":
-            result.outcome = "awaiting_approval"
+            result.outcome, result.error = "awaiting_approval", None  # it still waits: `runner approve` goes on
+            error = None
         else:
             self.store.finish_run(
                 result.run_id,
