@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from support import call
@@ -203,6 +205,29 @@ def test_a_changed_protected_file_is_kept_before_it_is_put_back(proj, server, re
     assert (proj.root / rel).read_text() == original
     assert kept(proj, out["run_id"], rel).read_text() == changed
     assert f"the changed versions are kept in .runner/tampered/{out['run_id']}/" in out["error"]
+
+
+@pytest.mark.parametrize("shared", ["goals", "goals/other.yaml"])
+def test_the_users_own_symlink_stays_and_the_restore_goes_through_it(proj, server, tmp_path, shared):
+    """A goals folder (or one goal file) the user shares between projects through a symlink: a change there
+    is put back where the link points, and the link stays (replacing it hid every other goal)."""
+    calc_project(
+        proj, sandbox="off", verify={"checks": [{"run": VERIFIER}, {"run": "echo '# poked' >> goals/other.yaml"}]}
+    )
+    proj.goal("other", prompt="theirs")
+    outside = tmp_path / "shared"
+    outside.mkdir()
+    (outside / Path(shared).name).parent.mkdir(exist_ok=True)
+    shutil.move(proj.root / shared, outside / Path(shared).name)
+    (proj.root / shared).symlink_to(outside / Path(shared).name)
+    original = (proj.root / "goals/other.yaml").read_text()
+    server.add({"tool_calls": [call("shell", command="true")]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert (out["exit_code"], out["outcome"]) == (1, "tampered")
+    assert (proj.root / shared).is_symlink()  # still the user's link
+    assert (proj.root / "goals/other.yaml").read_text() == original  # put back through it
+    assert sorted(p.name for p in (proj.root / "goals").iterdir()) == ["calc.yaml", "other.yaml"]
+    assert kept(proj, out["run_id"], "goals/other.yaml").read_text() == original + "# poked\n"
 
 
 def test_a_created_protected_file_is_kept_then_removed(proj, server):

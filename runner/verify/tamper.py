@@ -71,20 +71,24 @@ class Snapshot:
     patterns: list[str]
     inputs: list[str]
     """The check inputs among the patterns (and not scripts or protected): the checks may write them."""
+    links: dict[str, Link]
+    """The symlinks on the way to the protected paths when the snapshot was taken (a `goals` folder shared
+    between projects, say): the user's, which a restore and a kept copy go through instead of replacing."""
 
     @classmethod
     def take(cls, goal: Goal) -> Snapshot:
         patterns = protected_patterns(goal)
         locked = _locked(goal)
         inputs = [p for p in _inputs(goal) if not _covered(p, locked)]
-        stamps = _stamps(goal.root, patterns)
+        links: dict[str, Link] = {}
+        stamps = _stamps(goal.root, patterns, links)
         base, kept = f"{goal.root}{os.sep}", 0
         files: dict[str, bytes | None] = {}
         for rel, s in stamps.items():
             if stat.S_ISREG(s[4]):
                 kept += s[1]
                 files[rel] = _content(base + rel, s) if kept <= MAX_COPIES else None
-        return cls(goal.root, stamps, files, patterns, inputs)
+        return cls(goal.root, stamps, files, patterns, inputs, _user_links(goal.root, patterns, links))
 
     def changes(self, *, checks_ran: bool = False) -> list[str]:
         """Paths created, changed or deleted since the snapshot, relative to the root.
@@ -122,7 +126,7 @@ class Snapshot:
             if rel.endswith("/"):  # a folder made unreadable: its files are still there
                 continue
             try:
-                content = _read_now(self.root, rel)
+                content = _read_now(self.root, rel, self.links)
                 if content is None:
                     continue
                 if len(content) > room:
@@ -161,7 +165,7 @@ class Snapshot:
         content = self.files.get(rel)
         if content is None:
             raise _NoCopy(f"no copy was kept: larger than {MAX_COPY // 2**20} MB or unreadable")
-        _write_new(self.root, rel, content)
+        _write_new(self.root, rel, content, self.links)
         os.chmod(full, stat.S_IMODE(self.stamps[rel][4]))
         _contents.pop(str(full), None)
 
@@ -187,29 +191,34 @@ def _folder_name(run_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", run_id)[:100] or "_"
 
 
-def _read_now(root: Path, rel: str) -> bytes | None:
-    """The regular file at `rel` now; None when nothing is there. No step below the root follows a link, and
-    nothing but a regular file is opened (a FIFO would block the read, a device never end it)."""
+def _read_now(root: Path, rel: str, links: dict[str, Link]) -> bytes | None:
+    """The regular file at `rel` now; None when nothing is there. No step below the root follows a link but
+    the user's (`links`, as they were at the snapshot), and nothing but a regular file is opened (a FIFO would
+    block the read, a device never end it)."""
     *folders, name = parts = rel.split("/")
     if any(part in ("", ".", "..") for part in parts):
         raise _NoCopy("not a path inside the project")
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for depth, part in enumerate(folders, 1):
-            mode = _mode(part, fd)
+            follow = _trusted(root, "/".join(folders[:depth]), links)
+            mode = _mode(part, fd, follow)
             if mode is not None and stat.S_ISLNK(mode):
                 raise _NoCopy(f"{'/'.join(folders[:depth])} is a symlink, not followed")
             if mode is None or not stat.S_ISDIR(mode):
                 return None
-            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            nofollow = 0 if follow else os.O_NOFOLLOW
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | nofollow, dir_fd=fd)
             os.close(fd)
             fd = inner
-        mode = _mode(name, fd)
+        follow = _trusted(root, rel, links)
+        mode = _mode(name, fd, follow)
         if mode is None:
             return None
         if not stat.S_ISREG(mode):
             raise _NoCopy(_KINDS.get(stat.S_IFMT(mode), "not a regular file"))
-        with os.fdopen(os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd), "rb") as file:
+        nofollow = 0 if follow else os.O_NOFOLLOW
+        with os.fdopen(os.open(name, os.O_RDONLY | nofollow | os.O_NONBLOCK, dir_fd=fd), "rb") as file:
             content = file.read(MAX_COPY + 1)
     finally:
         os.close(fd)
@@ -221,18 +230,56 @@ def _read_now(root: Path, rel: str) -> bytes | None:
 _KINDS = {stat.S_IFLNK: "a symlink, not followed", stat.S_IFIFO: "a FIFO, not read"}
 
 
-def _mode(name: str, folder: int) -> int | None:
+def _mode(name: str, folder: int, follow: bool = False) -> int | None:
     try:
-        return os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode
+        return os.stat(name, dir_fd=folder, follow_symlinks=follow).st_mode
     except FileNotFoundError:
         return None
 
 
-def _write_new(root: Path, rel: str, content: bytes) -> None:
+Link = tuple[str, int, int]
+"""A symlink as (what it says, the device and inode of what it points to)."""
+
+
+def _link(path: Path) -> Link | None:
+    try:
+        if not stat.S_ISLNK(os.lstat(path).st_mode):
+            return None
+        target = os.stat(path)
+        return os.readlink(path), target.st_dev, target.st_ino
+    except OSError:
+        return None
+
+
+def _user_links(root: Path, patterns: list[str], links: dict[str, Link]) -> dict[str, Link]:
+    """`links` (those met in the protected folders) and the symlinks among the fixed parts of the protected
+    patterns (`goals`, `tests/unit`, `runner.yaml`)."""
+    for pattern in patterns:
+        parts = _literal_prefix(pattern).split("/")
+        for depth in range(1, len(parts) + 1):
+            rel = "/".join(parts[:depth])
+            if rel and rel not in links and (link := _link(root / rel)) is not None:
+                links[rel] = link
+    return links
+
+
+def _trusted(root: Path, rel: str, links: dict[str, Link]) -> bool:
+    """Whether `rel` is a link of the user's, unchanged since the snapshot (the same text, the same target)."""
+    return rel in links and _link(root / rel) == links[rel]
+
+
+def _write_new(root: Path, rel: str, content: bytes, links: dict[str, Link] | None = None) -> None:
     """A new file at `rel`, readable by its owner only, in place of whatever is there; a link where a folder
-    above it was is replaced by a folder, so nothing is written through a link."""
+    above it was is replaced by a folder, so nothing is written through a link, except the user's (`links`):
+    a shared folder or file stays shared, and the content goes where it points."""
+    links = links or {}
     full = root / rel
-    _make_folders(root, rel)
+    _make_folders(root, rel, links)
+    if _trusted(root, rel, links):
+        with open(full, "r+b") as file:  # through the user's link, to the file it names
+            file.write(content)
+            file.truncate()
+        return
     _remove(full)
     fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as file:
@@ -251,12 +298,14 @@ def _remove(full: Path) -> None:
         full.unlink()
 
 
-def _make_folders(root: Path, rel: str) -> None:
+def _make_folders(root: Path, rel: str, links: dict[str, Link]) -> None:
     """The folders above `rel` as real folders: a symlink or file put in their place is removed, so a restore
-    never writes through a link the agent made."""
-    folder = root
-    for part in rel.split("/")[:-1]:
+    never writes through a link the agent made (the user's `links` stay)."""
+    folder, parts = root, rel.split("/")[:-1]
+    for depth, part in enumerate(parts, 1):
         folder = folder / part
+        if _trusted(root, "/".join(parts[:depth]), links) and folder.is_dir():
+            continue
         try:
             mode = os.lstat(folder).st_mode
         except FileNotFoundError:
@@ -284,8 +333,9 @@ def _content(path: str, stamp: Stamp) -> bytes | None:
     return cached[1]
 
 
-def _stamps(root: Path, patterns: list[str]) -> dict[str, Stamp]:
-    """The stamp of every file (and link, FIFO, ...) under the protected patterns, by path relative to the root."""
+def _stamps(root: Path, patterns: list[str], links: dict[str, Link] | None = None) -> dict[str, Stamp]:
+    """The stamp of every file (and link, FIFO, ...) under the protected patterns, by path relative to the root;
+    the symlinks met in the folders walked go into `links` when given."""
     stamps: dict[str, Stamp] = {}
     for pattern in patterns:
         rel = pattern.removesuffix("/**").strip("/")
@@ -299,13 +349,13 @@ def _stamps(root: Path, patterns: list[str]) -> dict[str, Stamp]:
         except (OSError, ValueError):
             continue
         if is_dir:
-            _walk(top, rel + "/", stamps)
+            _walk(top, rel + "/", stamps, links)
         else:
             _add(top, rel, stamps)
     return stamps
 
 
-def _walk(folder: str, prefix: str, stamps: dict[str, Stamp]) -> None:
+def _walk(folder: str, prefix: str, stamps: dict[str, Stamp], links: dict[str, Link] | None) -> None:
     if _in_state(prefix.rstrip("/")):
         return
     try:
@@ -318,8 +368,10 @@ def _walk(folder: str, prefix: str, stamps: dict[str, Stamp]) -> None:
         if name in CACHES or (not prefix and name == STATE):
             continue
         if entry.is_dir(follow_symlinks=False):
-            _walk(entry.path, f"{prefix}{name}/", stamps)
+            _walk(entry.path, f"{prefix}{name}/", stamps, links)
             continue
+        if links is not None and entry.is_symlink() and (link := _link(Path(entry.path))) is not None:
+            links[prefix + name] = link
         try:  # _stamp, inlined: a walk of a big folder does little else
             st = os.stat(entry.path)
         except OSError:
