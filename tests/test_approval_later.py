@@ -17,7 +17,7 @@ from support import call
 from runner.store import SqliteStore
 
 
-def ship_goal(proj) -> None:
+def ship_goal(proj, after: str = "test -f haiku.txt") -> None:
     """A goal whose approval sits between two command checks; the model writes the file the checks test."""
     proj.goal(
         "ship",
@@ -27,7 +27,7 @@ def ship_goal(proj) -> None:
             "checks": [
                 {"name": "exists", "run": "test -f haiku.txt"},
                 {"name": "ship it", "approve": "Publish this poem?"},
-                {"name": "after", "run": "test -f haiku.txt"},
+                {"name": "after", "run": after},
             ],
         },
     )
@@ -143,6 +143,25 @@ def test_reject_after_the_process_is_gone_writes_the_rest_of_the_transcript(proj
     ship_goal(proj)
     run_id = no_wait(proj)[1]["run_id"] if gone == "no-wait" else killed_while_waiting(proj)
     assert_rejected(proj, run_id)
+
+
+def test_two_answers_at_once_finish_the_run_once(proj, server):
+    """Two people answer the same run at once (its process gone, a slow check after the approval): one of them
+    finishes it, the other is told, and the run has one approval, one of each later check and one outcome."""
+    ship_goal(proj, after="sleep 1 && test -f haiku.txt")
+    run_id = no_wait(proj)[1]["run_id"]
+    answers = [proj.popen("approve", run_id), proj.popen("approve", run_id)]
+    said = [(a.wait(120), *a.communicate()) for a in answers]
+    finished = [s for s in said if "its outcome is achieved" in s[1]]
+    assert len(finished) == 1, said
+    (code, out, err) = next(s for s in said if s not in finished)
+    told = (code == 0 and "it was taken up meanwhile" in out) or (code == 2 and "is not waiting for approval" in err)
+    assert told, (code, out, err)
+    _, run = shown(proj, run_id)
+    assert run["outcome"] == "achieved"
+    assert [c["name"] for c in run["checks"]] == ["exists", "ship it", "after"]
+    assert [e["name"] for e in run["transcript"] if e["kind"] == "check"] == ["exists", "ship it", "after"]
+    assert [e["outcome"] for e in run["transcript"] if e["kind"] == "outcome"] == ["awaiting_approval", "achieved"]
 
 
 def test_approve_of_checks_that_ran_before_any_work_ends_satisfied(proj, server):

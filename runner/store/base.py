@@ -128,6 +128,11 @@ class Store(ABC):
     @abstractmethod
     def take_answer(self, run_id: str) -> tuple[str, str | None] | None: ...
 
+    @abstractmethod
+    def take_over(self, run_id: str) -> bool:
+        """A run awaiting approval whose process is gone becomes this process's (`running`, this pid) while it
+        finishes it: False when another process (a second answer at the same moment) took it first."""
+
     # commands for the daemon
     @abstractmethod
     def send_command(self, kind: str, target: str, payload: str | None = None) -> int:

@@ -577,6 +577,14 @@ class PostgresStore(Store):
         found = [row["name"][len(PROCESS_PREFIX) :].partition(" ") for row in rows]
         return [{"role": role, "where": where} for role, _, where in found if role in ("daemon", "worker")]
 
+    def take_over(self, run_id: str) -> bool:
+        taken = self.exec(  # no longer its job's: a sweep of a stalled worker leaves it alone
+            "UPDATE runner_runs SET outcome = 'running', pid = %s, host = %s, job_id = NULL"
+            " WHERE id = %s AND outcome = 'awaiting_approval' RETURNING id",
+            (os.getpid(), HOST, run_id),
+        )
+        return taken.fetchone() is not None
+
     # commands for the daemons: each is taken by exactly one of them
     def send_command(self, kind: str, target: str, payload: str | None = None) -> int:
         row = self.exec(  # with a notice that wakes the daemons' command readers at once

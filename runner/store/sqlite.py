@@ -253,8 +253,16 @@ class SqliteStore(Store):
         row = self._exec("SELECT decision, reason FROM approvals WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:
             return None
-        self._exec("DELETE FROM approvals WHERE run_id = ?", (run_id,))
+        if self._exec("DELETE FROM approvals WHERE run_id = ?", (run_id,)).rowcount == 0:
+            return None  # another process took it between the two statements
         return row["decision"], row["reason"]
+
+    def take_over(self, run_id: str) -> bool:
+        taken = self._exec(
+            "UPDATE runs SET outcome = 'running', pid = ? WHERE id = ? AND outcome = 'awaiting_approval'",
+            (os.getpid(), run_id),
+        )
+        return taken.rowcount == 1
 
     # commands for the daemon
     def send_command(self, kind: str, target: str, payload: str | None = None) -> int:

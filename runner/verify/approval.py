@@ -49,6 +49,8 @@ async def _answer(project: Project, store: Store, run_id: str, decision: str, re
             if store.run(run_id)["outcome"] != "awaiting_approval":
                 return f"{verb} run {run_id}; process {run['pid']} goes on with it"
             await asyncio.sleep(0.1)
+    if not store.take_over(run_id):  # its process, or another answer at the same moment, took it first
+        return f"{verb} run {run_id}; it was taken up meanwhile (runner show {run_id})"
     store.take_answer(run_id)
     approval = CheckResult(run["pending"], "approve", decision == "approve", reason=reason or verb)  # as approve_check
     outcome = await _finish_alone(project, store, run, approval)
