@@ -15,6 +15,7 @@ from cluster_helpers import fresh_database, server_url, use_store
 from support import call
 
 from runner.store import SqliteStore
+from runner.store.postgres import PostgresStore
 
 
 def ship_goal(proj, after: str = "test -f haiku.txt") -> None:
@@ -164,6 +165,22 @@ def test_two_answers_at_once_finish_the_run_once(proj, server):
     assert [e["outcome"] for e in run["transcript"] if e["kind"] == "outcome"] == ["awaiting_approval", "achieved"]
 
 
+def test_an_approval_refused_leaves_the_run_waiting(proj, server):
+    """A goal file that no longer loads refuses the approval and changes nothing: fixed, the run is approved;
+    a later check that fails ends it not_achieved and says how to go on."""
+    ship_goal(proj, after="false")
+    run_id = no_wait(proj)[1]["run_id"]
+    good = (proj.root / "goals/ship.yaml").read_text()
+    (proj.root / "goals/ship.yaml").write_text(good + "prompt: [\n")
+    refused = proj.subprocess("approve", run_id, timeout=120)
+    assert refused.returncode == 2 and "goals/ship.yaml" in refused.stderr
+    assert SqliteStore(proj.root / ".runner").run(run_id)["outcome"] == "awaiting_approval"
+    (proj.root / "goals/ship.yaml").write_text(good)
+    answered = proj.subprocess("approve", run_id, timeout=120)
+    assert answered.returncode == 0, answered.stderr
+    assert f"its outcome is not_achieved (runner continue {run_id} tries again)" in answered.stdout
+
+
 def test_approve_of_checks_that_ran_before_any_work_ends_satisfied(proj, server):
     proj.goal("gate", prompt="p", verify={"checks_first": True, "checks": [{"run": "true"}, {"approve": "ship it?"}]})
     out = proj.subprocess("goal", "gate", "--no-wait", "--json", timeout=120)
@@ -196,3 +213,21 @@ def test_approve_after_the_process_is_gone_on_postgresql(proj, server):
         assert code == 4
         assert_approved(proj, data["run_id"])
     assert [c["passed"] for c in data["checks"]] == [True, None]  # what --no-wait read back from the store
+
+
+def test_an_approval_on_another_machine_than_the_work_is_refused_a_rejection_is_not(proj, server):
+    """The checks after an approval read the run's files: they run only on the machine that did the work."""
+    ship_goal(proj)
+    with fresh_database(server_url()) as url:
+        use_store(proj, url)
+        assert proj.subprocess("db", "migrate", timeout=120).returncode == 0
+        run_id = no_wait(proj)[1]["run_id"]
+        store = PostgresStore(url)
+        store.exec("UPDATE runner_runs SET host = 'build-7' WHERE id = %s", (run_id,))
+        refused = proj.subprocess("approve", run_id, timeout=120)
+        assert refused.returncode == 2 and f"run {run_id} was worked on build-7" in refused.stderr
+        assert store.run(run_id)["outcome"] == "awaiting_approval"
+        assert store.take_answer(run_id) is None  # the refused answer was taken back
+        rejected = proj.subprocess("reject", run_id, "--reason", "no", timeout=120)
+        assert rejected.returncode == 0 and "its outcome is rejected" in rejected.stdout, rejected.stderr
+        store.close()

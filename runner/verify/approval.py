@@ -13,11 +13,12 @@ The checks see only the `Approver` interface (`checks.Approver`).
 from __future__ import annotations
 
 import asyncio
+import socket
 import sys
 from datetime import datetime
 from typing import Any
 
-from ..config import Check, Project, load_goal
+from ..config import Check, Goal, Project, load_goal
 from ..errors import ConfigError
 from ..store import Store, now, open_store
 from ..vocabulary import Event, Outcome
@@ -49,23 +50,39 @@ async def _answer(project: Project, store: Store, run_id: str, decision: str, re
             if store.run(run_id)["outcome"] != "awaiting_approval":
                 return f"{verb} run {run_id}; process {run['pid']} goes on with it"
             await asyncio.sleep(0.1)
+    try:  # before the run changes hands: a refusal leaves it waiting as it was
+        goal = _goal_here(project, run) if decision == "approve" else None
+    except Exception:
+        store.take_answer(run_id)
+        raise
     if not store.take_over(run_id):  # its process, or another answer at the same moment, took it first
         return f"{verb} run {run_id}; it was taken up meanwhile (runner show {run_id})"
     store.take_answer(run_id)
     approval = CheckResult(run["pending"], "approve", decision == "approve", reason=reason or verb)  # as approve_check
-    outcome = await _finish_alone(project, store, run, approval)
-    return f"{verb} run {run_id}: its outcome is {outcome}"
+    outcome = await _finish_alone(store, run, approval, goal)
+    again = f" (runner continue {run_id} tries again)" if outcome == "not_achieved" else ""
+    return f"{verb} run {run_id}: its outcome is {outcome}{again}"
 
 
-async def _finish_alone(project: Project, store: Store, run: dict[str, Any], approval: CheckResult) -> Outcome:
+def _goal_here(project: Project, run: dict[str, Any]) -> Goal:
+    """The goal whose checks after the approval this process runs: only on the machine where the run's work was
+    done (its files are there), and only with a goal file that loads."""
+    host = run.get("host")
+    if host and host != socket.gethostname():
+        raise ConfigError(
+            f"run {run['id']} was worked on {host} and its process is gone: approve it on {host}, where the checks"
+            " after the approval can see its work (a rejection runs no check and works from anywhere)"
+        )
+    return load_goal(project, run["goal"])
+
+
+async def _finish_alone(store: Store, run: dict[str, Any], approval: CheckResult, goal: Goal | None) -> Outcome:
     """Finish a run whose process is gone with the approval's result: its checks and its outcome go to the
-    store and to its transcript, as the verify loop writes them. A rejection runs no more checks (nor needs
-    the goal file)."""
+    store and to its transcript, as the verify loop writes them. A rejection runs no more checks (`goal` None)."""
     attempt = run["attempts"]  # 0: the checks before any work (checks_first)
     ran = [c for c in run["checks"] if c["attempt"] == attempt]  # the checks before it, in order
     answered = [c["position"] for c in ran if c["name"] == approval.name and c["kind"] == "approve"]
     position = answered[0] if answered else len(ran)  # answered: a runner approve stopped half-way
-    goal = load_goal(project, run["goal"]) if approval.passed else None  # before a write: a broken file changes nothing
     transcript = store.transcript(run["id"])
 
     def recorded(index: int, result: CheckResult) -> None:
