@@ -70,6 +70,20 @@ def test_the_status_says_why_the_sandbox_is_off(tmp_path, monkeypatch):
     assert "the fallback tracks and kills the agent's processes" in status
 
 
+@pytest.mark.parametrize(
+    ("runner_yaml", "goal_yaml"),
+    [("sandbox: off\n", ""), ("", "sandbox: off\n"), ("", "sandbox: {mode: off, network: off}\n")],
+    ids=["runner.yaml", "goal", "goal, mode"],
+)
+def test_a_bare_sandbox_off_as_design_writes_it_turns_the_jail_off(proj, runner_yaml, goal_yaml):
+    """YAML 1.1 reads a bare `off` as false: `sandbox: off` still means off, in runner.yaml and in a goal."""
+    proj.write("runner.yaml", "model: {name: m}\n" + runner_yaml)
+    proj.write("goals/g.yaml", "prompt: work\n" + goal_yaml)
+    result = proj.cli("validate")
+    assert result.exit_code == 0, result.output
+    assert "sandbox: off (`sandbox: off`)" in result.output
+
+
 def test_bwrap_required_but_missing_ends_the_run_error_before_any_model_call(proj, server, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     proj.goal("g", prompt="work", sandbox="bwrap")

@@ -244,6 +244,10 @@ class SandboxSettings(Strict):
     @model_validator(mode="before")
     @classmethod
     def _from_mode(cls, value: Any) -> Any:
+        if value is False:  # `sandbox: off` as DESIGN writes it: YAML 1.1 reads a bare `off` as false
+            return {"mode": "off"}
+        if isinstance(value, dict) and value.get("mode") is False:
+            return {**value, "mode": "off"}
         return {"mode": value} if isinstance(value, str) else value
 
 
@@ -432,7 +436,7 @@ class Settings(Strict):
     model: dict[str, Any] = Field(default_factory=dict)
     limits: dict[str, Any] = Field(default_factory=dict)
     verify: dict[str, Any] = Field(default_factory=dict)
-    sandbox: dict[str, Any] | str = Field(default_factory=dict)
+    sandbox: dict[str, Any] | str | bool = Field(default_factory=dict)
     notify: list[Any] = Field(default_factory=list)
     mcp: McpServers = Field(default_factory=dict)
     """MCP servers every goal starts (a goal's own `mcp:` adds to them or replaces one by name)."""

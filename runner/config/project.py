@@ -159,7 +159,7 @@ def build_goal(
         shared = {name: server.model_dump(exclude_unset=True) for name, server in defaults.mcp.items()}
         merged["mcp"] = {**shared, **merged.get("mcp", {})}
     for inherited in ("sandbox", "notify"):
-        if inherited not in merged and getattr(defaults, inherited):
+        if inherited not in merged and inherited in defaults.model_fields_set:  # `sandbox: off` is false
             merged[inherited] = getattr(defaults, inherited)
     merged["root"] = project.root
     merged["source"] = source
