@@ -59,8 +59,10 @@ def test_bad_runner_yaml(proj):
 @pytest.mark.parametrize(
     ("store", "expected"),
     [
-        ("mysql://root@db/x", "not a mysql:// URL"),
-        ("postgresq://me@db/x", "not a postgresq:// URL"),  # a typo is not a folder named `postgresq:`
+        ("mysql://root@db/x", "not 'mysql://'"),
+        ("postgresq://me@db/x", "not 'postgresq://'"),  # a typo is not a folder named `postgresq:`
+        ("postgresql:/db/x", "not 'postgresql:'"),  # one slash
+        ('" postgresql://me@db/x"', "expected no space before or after"),
         ('""', "expected a folder relative to the project root"),  # what an unset ${VAR:-} gives
     ],
 )

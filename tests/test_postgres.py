@@ -230,9 +230,9 @@ def test_a_unreachable_server_is_one_line_naming_the_setting_without_the_passwor
         result.stderr
     )
     assert "hunter2" not in result.stderr and "Traceback" not in result.stderr
-    use_store(proj, "postgresql://someone@127.0.0.1:9/nowhere?sslmode=disable&password=hunter2")
+    use_store(proj, "postgresql://someone@127.0.0.1:9/nowhere?sslmode=disable&password=hunter2&%70assword=hunter2")
     result = proj.subprocess("db", "status")
-    assert result.returncode == 3 and "nowhere?sslmode=disable&password=***" in result.stderr
+    assert result.returncode == 3 and "nowhere?sslmode=disable&password=***&%70assword=***" in result.stderr
     assert "hunter2" not in result.stderr and "Traceback" not in result.stderr
 
 
@@ -372,6 +372,7 @@ def test_who_is_connected_decides_what_trigger_list_and_db_status_say(proj, db, 
     and a worker, each is named by host:pid; a daemon killed with -9 is gone from the list at once."""
     monitor(proj, "manual")
     schedule(proj, {"goal": "manual", "every": "1h"})
+    use_store(proj, f"{db}?application_name=runner%20daemon%20fake:1")  # the command's own session is no daemon
     queued = proj.subprocess("trigger", "manual")
     assert queued.returncode == 0 and "queued manual: no daemon is running now" in queued.stdout
     listed = proj.subprocess("list", "--json")
@@ -383,6 +384,7 @@ def test_who_is_connected_decides_what_trigger_list_and_db_status_say(proj, db, 
     status = proj.subprocess("db", "status")
     assert "commands waiting for a daemon: 1" in status.stdout
 
+    use_store(proj, db)
     daemon, worker = cluster("daemon"), cluster("worker")
     store = daemon.store()
     daemon.wait_for("the queued trigger's run", lambda: [r for r in store.runs("manual") if r["ended"]])

@@ -454,10 +454,12 @@ class Settings(Strict):
     def _store(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("expected a folder relative to the project root (default .runner) or a postgresql:// URL")
-        scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", value)
-        if scheme and scheme.group(1).lower() not in ("postgresql", "postgres"):
+        if value != value.strip():
+            raise ValueError("expected no space before or after the folder or URL")
+        scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]+):(//)?", value)  # two letters at least: C:\ is a folder
+        if scheme and (scheme.group(1).lower() not in ("postgresql", "postgres") or not scheme.group(2)):
             raise ValueError(
                 "expected a postgresql:// URL (postgresql://user@host/database) or a folder,"
-                f" not a {scheme.group(1)}:// URL"
+                f" not {scheme.group(0)!r}..."
             )
         return value if scheme is None else scheme.group(1).lower() + value[len(scheme.group(1)) :]

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
+from urllib.parse import unquote
 
 from ..errors import StoreError, UnknownRun
 from .base import Store, new_run_id, now, pid_alive, process_start
@@ -163,9 +164,19 @@ def reconnected(connection: Any, connect: Callable[[], Any]) -> Any:
 
 
 def redact(url: str) -> str:
-    """The URL without its password (in the user part or a `password=` parameter), for messages."""
-    url = re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
-    return re.sub(r"([?&]password=)[^&#]*", r"\1***", url, flags=re.IGNORECASE)
+    """The URL without its passwords (in the user part, or a parameter whose name, decoded, ends in `password`:
+    `password`, `sslpassword`, `%70assword`), for messages."""
+    start, netloc, rest = re.match(r"([^:]*://)?([^/?#]*)(.*)", url, re.DOTALL).groups()  # type: ignore[union-attr]
+    userinfo, at, host = netloc.rpartition("@")  # a password may hold an @ of its own
+    if at and ":" in userinfo:
+        netloc = f"{userinfo.partition(':')[0]}:***@{host}"
+    url = f"{start or ''}{netloc}{rest}"
+
+    def masked(match: re.Match[str]) -> str:
+        secret = unquote(match.group(2)).lower().endswith("password")
+        return f"{match.group(1)}{match.group(2)}={'***' if secret else match.group(3)}"
+
+    return re.sub(r"([?&])([^=&#]*)=([^&#]*)", masked, url)
 
 
 def psycopg_module() -> Any:
@@ -570,7 +581,7 @@ class PostgresStore(Store):
         the server's session list: a process that died has no session left."""
         rows = self.exec(
             "SELECT DISTINCT application_name AS name FROM pg_stat_activity"
-            " WHERE datname = current_database() AND application_name LIKE %s ORDER BY 1",
+            " WHERE datname = current_database() AND application_name LIKE %s AND pid <> pg_backend_pid() ORDER BY 1",
             (f"{PROCESS_PREFIX}%",),
             after_writes=False,
         ).fetchall()
