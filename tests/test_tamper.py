@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import shutil
+import stat
 import sys
 import time
 from pathlib import Path
@@ -301,6 +302,158 @@ def test_the_state_folder_is_never_fingerprinted(proj, server):
     calc_project(proj, verify={"checks": [{"run": f"test -d .runner && {VERIFIER}"}]})
     server.add({"tool_calls": [call("write_file", path="src/calc.py", content=FIXED)]}, done())
     assert proj.cli_json("goal", "calc")["outcome"] == "achieved"
+
+
+# Links that change during the run: nothing outside the project is removed, written or made readable -------
+
+
+def files_in(folder: Path) -> dict[str, tuple[str, int, int]]:
+    """Every file below `folder` with its content, inode and mtime: a file rewritten with the same text differs."""
+    return {
+        path.relative_to(folder).as_posix(): (path.read_text(), path.stat().st_ino, path.stat().st_mtime_ns)
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def switch(proj, to: Path) -> str:
+    """A command that points `goals` to `to` at once, the way a deploy switches releases."""
+    proj.write("switch.py", f"import os\nos.symlink({str(to)!r}, 'goals.new')\nos.replace('goals.new', 'goals')\n")
+    return "python3 switch.py"
+
+
+def test_a_deploy_switching_the_users_goals_link_during_the_run_puts_the_link_back(proj, server, tmp_path_factory):
+    """`goals` is the user's link to a release folder; a deploy points it to the next release while the checks
+    run. Putting the link back undoes that: nothing in either release is removed or rewritten."""
+    releases = tmp_path_factory.mktemp("releases")
+    r1, r2 = releases / "r1/goals", releases / "r2/goals"
+    for name, content in [("aaa.yaml", "prompt: r2 first\n"), ("calc.yaml", "prompt: r2\n"), ("zzz.yaml", "x\n")]:
+        (r2 / name).parent.mkdir(parents=True, exist_ok=True)
+        (r2 / name).write_text(content)
+    calc_project(proj, sandbox="off", verify={"checks": [{"run": switch(proj, r2)}, {"run": VERIFIER}]})
+    proj.goal("other", prompt="theirs")
+    r1.parent.mkdir()
+    shutil.move(proj.root / "goals", r1)
+    (proj.root / "goals").symlink_to(r1)
+    before = {"r1": files_in(r1), "r2": files_in(r2)}
+    server.add(done())
+    out = proj.cli_json("goal", "calc")
+    assert (out["exit_code"], out["outcome"]) == (1, "tampered")
+    assert os.readlink(proj.root / "goals") == str(r1)
+    assert {"r1": files_in(r1), "r2": files_in(r2)} == before
+    assert f"goals/calc.yaml (goals: the link is put back (it pointed to {r1}))" in out["error"]
+
+
+def test_what_the_run_wrote_through_the_users_link_before_switching_it_is_put_back(proj, server, tmp_path_factory):
+    shared, other = tmp_path_factory.mktemp("shared") / "goals", tmp_path_factory.mktemp("other")
+    calc_project(proj, sandbox="off")
+    shutil.move(proj.root / "goals", shared)
+    (proj.root / "goals").symlink_to(shared)
+    before = files_in(shared)
+    attack = "echo 'prompt: planted' > goals/planted.yaml && echo '# x' >> goals/calc.yaml && " + switch(proj, other)
+    server.add({"tool_calls": [call("shell", command=attack)]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert out["outcome"] == "tampered"
+    assert os.readlink(proj.root / "goals") == str(shared)
+    assert {rel: content for rel, (content, *_) in files_in(shared).items()} == {
+        rel: content for rel, (content, *_) in before.items()
+    }
+
+
+@pytest.fixture
+def victim(tmp_path_factory) -> Path:
+    """A folder outside the project with files whose names sort before and after the goals' and a folder."""
+    folder = tmp_path_factory.mktemp("victim")
+    for rel in ("aaa.txt", "bin/inner.txt", "calc.yaml", "zzz.txt"):
+        (folder / rel).parent.mkdir(exist_ok=True)
+        (folder / rel).write_text(f"the victim's {rel}\n")
+    return folder
+
+
+def test_goals_replaced_by_a_link_to_an_outside_folder_is_undone_without_touching_it(proj, server, victim):
+    calc_project(proj, sandbox="off")
+    goal = (proj.root / "goals/calc.yaml").read_text()
+    before = files_in(victim)
+    server.add({"tool_calls": [call("shell", command=f"mv goals goals.moved && ln -s {victim} goals")]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert (out["exit_code"], out["outcome"]) == (1, "tampered")
+    assert files_in(victim) == before
+    assert not (proj.root / "goals").is_symlink() and (proj.root / "goals/calc.yaml").read_text() == goal
+    assert "goals/calc.yaml (goals is a symlink, not followed)" in out["error"]
+
+
+def test_an_unreadable_folder_behind_a_planted_link_is_not_made_readable(proj, server, victim, monkeypatch):
+    """The run makes verifiers/ unreadable (put back) and links goals to a folder holding an unreadable folder
+    of someone else's: that one stays as it is. As root every folder is readable: scandir is told otherwise."""
+    if os.geteuid() == 0:
+        scandir = os.scandir
+
+        def as_a_user(path="."):
+            if isinstance(path, (str, os.PathLike)) and os.path.isdir(path) and not os.stat(path).st_mode & 0o400:
+                raise PermissionError(13, "Permission denied", str(path))
+            return scandir(path)
+
+        monkeypatch.setattr(os, "scandir", as_a_user)
+    calc_project(proj, sandbox="off")
+    before = files_in(victim)
+    (victim / "bin").chmod(0)
+    attack = f"chmod 000 verifiers && mv goals goals.moved && ln -s {victim} goals"
+    server.add({"tool_calls": [call("shell", command=attack)]}, done())
+    try:
+        out = proj.cli_json("goal", "calc")
+        assert stat.S_IMODE((victim / "bin").stat().st_mode) == 0
+    finally:
+        (victim / "bin").chmod(0o755)
+    assert out["outcome"] == "tampered" and "verifiers/" in out["error"]
+    assert stat.S_IMODE((proj.root / "verifiers").stat().st_mode) & 0o700 == 0o700
+    assert (proj.root / "verifiers/unit.py").read_text() == UNIT and files_in(victim) == before
+
+
+def test_a_state_folder_swapped_for_an_outside_link_during_the_run_gets_no_kept_copies(proj, server, tmp_path_factory):
+    calc_project(proj, sandbox="off")
+    outside, moved = tmp_path_factory.mktemp("outside"), tmp_path_factory.mktemp("moved") / "state"
+    attack = f"mv .runner {moved} && ln -s {outside} .runner && echo '# forged' >> verifiers/unit.py"
+    server.add({"tool_calls": [call("shell", command=attack)]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert (
+        out["outcome"] == "tampered" and "not kept: verifiers/unit.py (.runner changed during the run)" in out["error"]
+    )
+    assert not any(outside.iterdir())
+    assert (proj.root / "verifiers/unit.py").read_text() == UNIT
+
+
+def test_the_users_own_state_link_is_gone_through_for_kept_copies(proj, server, tmp_path_factory):
+    calc_project(proj, sandbox="off")
+    state = tmp_path_factory.mktemp("disk") / "state"
+    (proj.root / ".runner").mkdir(exist_ok=True)
+    shutil.move(proj.root / ".runner", state)
+    (proj.root / ".runner").symlink_to(state)
+    server.add({"tool_calls": [call("shell", command="echo '# forged' >> verifiers/unit.py")]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert out["outcome"] == "tampered" and "not kept" not in out["error"]
+    assert (state / "tampered" / out["run_id"] / "verifiers/unit.py").read_text() == UNIT + "# forged\n"
+
+
+def test_a_folder_symlink_planted_in_a_protected_folder_is_found_and_removed(proj, server, victim):
+    calc_project(proj, verify={"checks": [{"run": f"ln -s {victim} verifiers/vdir"}, {"run": VERIFIER}]})
+    before = files_in(victim)
+    server.add(done())
+    out = proj.cli_json("goal", "calc")
+    assert (out["outcome"], out["exit_code"]) == ("tampered", 1)
+    assert "verifiers/vdir" in out["error"] and "while the checks ran" in out["error"]
+    assert not os.path.lexists(proj.root / "verifiers/vdir")
+    assert files_in(victim) == before
+
+
+def test_a_name_with_a_newline_is_shown_escaped(proj, server):
+    calc_project(proj, sandbox="off")
+    plant = "python3 -c \"open('verifiers/a\\nb.py', 'w').write('x = 1')\""
+    server.add({"tool_calls": [call("shell", command=plant)]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert out["outcome"] == "tampered" and "\n" not in out["error"]
+    assert "protected files: 'verifiers/a\\nb.py' (" in out["error"]
+    assert not os.path.lexists(proj.root / "verifiers/a\nb.py")
+    assert kept(proj, out["run_id"], "verifiers/a\nb.py").read_text() == "x = 1"
 
 
 # Two runs at once in one project ------------------------------------------------------------------------

@@ -29,9 +29,10 @@ from ..work.tools.sandbox import contained, jail_refused, sandbox_status
 from .approval import StoreApprover
 from .changes import Changes, listing
 from .checks import Approver, CheckContext, CheckResult, run_checks
+from .claims import claimed
 from .feedback import Feedback, describe_failures, signature
 from .resume import Resume
-from .tamper import Snapshot, claimed
+from .tamper import Snapshot
 from .trigger import prompt_block, write_context
 
 

@@ -3,37 +3,24 @@ is fingerprinted before an attempt, compared after its work and again after its 
 What was found in a changed file is kept first (`.runner/tampered/<run id>/`): runner cannot tell the agent's
 edit from a person's, and a person's must not be lost.
 
-Two runs in one project (the daemon, or two CLIs) share one filesystem. A run claims its protected paths
-for as long as it runs (`Claim`): a run whose goal may write what another run protects, or the other way
-round, waits until that run ends. So a change inside a run's protected paths while it runs was made by that
-run's own attempt (or its checks), and the restore puts back only what changed in that time.
+What is protected is in `protected`; runs whose protected paths clash take turns (`claims`), so a change inside
+a run's protected paths while it runs was made by that run's own attempt (or its checks).
 """
 
 from __future__ import annotations
 
-import asyncio
-import fnmatch
-import json
+import ast
+import errno
 import os
 import re
 import shutil
 import stat
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from ..config import ALWAYS_PROTECTED, Goal
-from ..work.tools.paths import check_inputs, check_scripts
+from ..config import Goal
+from .protected import STATE, covered, in_state, input_patterns, literal_prefix, locked_patterns, protected_patterns
 
-try:
-    import fcntl
-except ImportError:  # Windows: no flock; runs there are not claimed
-    fcntl = None  # type: ignore[assignment]
-
-STATE = ".runner"
-"""runner's own state changes during a run: never fingerprinted, never restored."""
 CACHES = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".hypothesis"}
 """Folders the checks' tools write as they run (bytecode, test caches): not part of what decides."""
 MAX_COPY = 16 * 1024 * 1024
@@ -48,20 +35,6 @@ _contents: dict[str, tuple[Stamp, bytes]] = {}
 """Content of protected files by path, reused while their stamp holds (many runs share one project)."""
 
 
-def protected_patterns(goal: Goal) -> list[str]:
-    """Every path the tamper lock watches, relative to the root: the project's fixed ones, `protect:`, the
-    checks' scripts and (unless `verify.protect_check_inputs` is false) what the checks name as arguments."""
-    return list(dict.fromkeys([*_locked(goal), *_inputs(goal)]))
-
-
-def _locked(goal: Goal) -> list[str]:
-    return [*(p for p in ALWAYS_PROTECTED if p != STATE), *goal.protect, *check_scripts(goal)]
-
-
-def _inputs(goal: Goal) -> list[str]:
-    return [p for p in check_inputs(goal) if not _in_state(p)]
-
-
 @dataclass
 class Snapshot:
     root: Path
@@ -72,39 +45,49 @@ class Snapshot:
     inputs: list[str]
     """The check inputs among the patterns (and not scripts or protected): the checks may write them."""
     links: dict[str, Link]
-    """The symlinks on the way to the protected paths when the snapshot was taken (a `goals` folder shared
-    between projects, say): the user's, which a restore and a kept copy go through instead of replacing."""
+    """The symlinks on the way to the protected paths and in them when the snapshot was taken (a `goals` folder
+    shared between projects, say): the user's. The lock goes through one while it is unchanged and a restore puts
+    it back when it changed; any other link it never follows."""
+    state: Link | None = None
+    """`.runner` when it was a link (the state kept on another disk, say): kept copies go through it only while
+    it is unchanged."""
 
     @classmethod
     def take(cls, goal: Goal) -> Snapshot:
         patterns = protected_patterns(goal)
-        locked = _locked(goal)
-        inputs = [p for p in _inputs(goal) if not _covered(p, locked)]
-        links: dict[str, Link] = {}
-        stamps = _stamps(goal.root, patterns, links)
+        locked = locked_patterns(goal)
+        inputs = [p for p in input_patterns(goal) if not covered(p, locked)]
+        links = _user_links(goal.root, patterns)
+        stamps = _stamps(goal.root, patterns, links, record=True)
         base, kept = f"{goal.root}{os.sep}", 0
         files: dict[str, bytes | None] = {}
         for rel, s in stamps.items():
             if stat.S_ISREG(s[4]):
                 kept += s[1]
                 files[rel] = _content(base + rel, s) if kept <= MAX_COPIES else None
-        return cls(goal.root, stamps, files, patterns, inputs, _user_links(goal.root, patterns, links))
+        return cls(goal.root, stamps, files, patterns, inputs, links, _link(goal.root / STATE))
 
     def changes(self, *, checks_ran: bool = False) -> list[str]:
-        """Paths created, changed or deleted since the snapshot, relative to the root.
+        """Paths created, changed or deleted since the snapshot, relative to the root, each as the run's error
+        shows it (`_shown`: a name with a control character in it is escaped). A link now in the place of a
+        folder that held protected files is not named: those files, out of reach through it, are.
 
         After the checks (`checks_ran`), what they wrote among their own inputs (`tee log.txt`, `sort -o
         out.txt`) is no change: it becomes part of the snapshot. The attempt's processes are gone by then.
         """
-        now = _stamps(self.root, self.patterns)
+        now = _stamps(self.root, self.patterns, self.links)
         if now == self.stamps:  # the usual case, compared in C
             return []
         changed = sorted(p for p in self.stamps.keys() | now.keys() if self.stamps.get(p) != now.get(p))
-        if not checks_ran:
-            return changed
-        written = [p for p in changed if _covered(p, self.inputs)]
-        self._accept(written, now)
-        return [p for p in changed if p not in written]
+        changed = [p for p in changed if not (p in now and stat.S_ISLNK(now[p][4]) and self._held(p))]
+        if checks_ran:
+            written = [p for p in changed if covered(p, self.inputs)]
+            self._accept(written, now)
+            changed = [p for p in changed if p not in written]
+        return [_shown(p) for p in changed]
+
+    def _held(self, folder: str) -> bool:
+        return any(p.startswith(f"{folder}/") for p in self.stamps)
 
     def _accept(self, paths: list[str], now: dict[str, Stamp]) -> None:
         base = f"{self.root}{os.sep}"
@@ -117,12 +100,13 @@ class Snapshot:
                 self.files.pop(rel, None)
 
     def keep(self, paths: list[str], run_id: str) -> Kept:
-        """Copy what is at each of `paths` now to `.runner/tampered/<run id>/<path>` (a deleted path leaves
-        nothing to keep). The state folder is never fingerprinted: writing there is no change."""
-        folder = f"tampered/{_folder_name(run_id)}/"  # made below `.runner`, which may be a link the user made
+        """Copy what is at each of `paths` (as `changes` names them) now to `.runner/tampered/<run id>/<path>` (a
+        deleted path leaves nothing to keep). The state folder is never fingerprinted: writing there is no change."""
+        folder = f"tampered/{_folder_name(run_id)}/"
         kept = Kept(f"{STATE}/{folder}", [], [])
         room = MAX_COPIES
-        for rel in paths:
+        for shown in paths:
+            rel = _path(shown)
             if rel.endswith("/"):  # a folder made unreadable: its files are still there
                 continue
             try:
@@ -132,42 +116,107 @@ class Snapshot:
                 if len(content) > room:
                     raise _NoCopy(f"past the {MAX_COPIES // 2**20} MB kept for one run")
                 room -= len(content)
-                (self.root / STATE).mkdir(exist_ok=True)
-                _write_new(self.root / STATE, folder + rel, content)
+                holder = _holder(self._state_folder(), folder + rel, {}, make=True, relinked=[])
+                assert holder is not None  # made on the way
+                try:
+                    _write(holder, rel.rsplit("/", 1)[-1], content, 0o600)
+                finally:
+                    os.close(holder)
             except OSError as exc:
-                kept.missed.append(f"{rel} ({exc.strerror or exc})")
+                kept.missed.append(f"{shown} ({exc.strerror or exc})")
             except _NoCopy as exc:
-                kept.missed.append(f"{rel} ({exc})")
+                kept.missed.append(f"{shown} ({exc})")
             else:
-                kept.paths.append(rel)
+                kept.paths.append(shown)
         return kept
 
+    def _state_folder(self) -> int:
+        """`.runner`, open (made when missing): through the user's link only while it is the one the snapshot
+        found. A link that appeared or changed during the run is never followed: the copies would go where it points."""
+        root = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            if self.state is not None:
+                if _link(STATE, root) != self.state:
+                    raise _NoCopy(f"{STATE} changed during the run")
+                return _open_dir(root, STATE, self.state)
+            mode = _mode(STATE, root)
+            if mode is None:
+                os.mkdir(STATE, dir_fd=root)
+            elif not stat.S_ISDIR(mode):
+                raise _NoCopy(f"{STATE} changed during the run")
+            return _open_dir(root, STATE, None)
+        finally:
+            os.close(root)
+
     def restore(self, paths: list[str]) -> list[str]:
-        """Put `paths` back as they were; what could not be put back, each as `path (why)`."""
-        failed: list[str] = []
-        for rel in paths:
-            try:
-                self._put_back(rel)
-            except OSError as exc:
-                failed.append(f"{rel} ({exc.strerror or exc})")
-            except _NoCopy as exc:
-                failed.append(f"{rel} ({exc})")
+        """Put `paths` (as `changes` names them) back as they were; what could not be put back, each as `path (why)`.
+
+        Nothing outside the root is removed, written or made readable but through a link of the user's that is
+        unchanged (`_holder`). A link of the user's put back brings back what was below it; what the run wrote
+        through it before changing it shows only then, and is put back too (no copy of it is kept)."""
+        relinked: list[str] = []
+        failed = self._restore(paths, relinked)
+        if relinked:
+            done = set(paths)
+            again = [p for p in self.changes() if p not in done and any(_path(p).startswith(f"{r}/") for r in relinked)]
+            failed += self._restore(again, [])
         return failed
 
-    def _put_back(self, rel: str) -> None:
-        full = self.root / rel
+    def _restore(self, paths: list[str], relinked: list[str]) -> list[str]:
+        failed: list[str] = []
+        for shown in sorted(paths, key=_path):  # a folder's place before what goes in it
+            try:
+                self._put_back(_path(shown), relinked)
+            except OSError as exc:
+                failed.append(f"{shown} ({exc.strerror or exc})")
+            except _NoCopy as exc:
+                failed.append(f"{shown} ({exc})")
+        return failed
+
+    def _put_back(self, rel: str, relinked: list[str]) -> None:
         if rel.endswith("/"):  # a folder made unreadable
-            os.chmod(full, stat.S_IMODE(os.lstat(full).st_mode) | stat.S_IRWXU)
+            self._unlock(rel[:-1], relinked)
             return
-        if rel not in self.stamps:
-            _remove(full)
+        link, stamp = self.links.get(rel), self.stamps.get(rel)
+        holder = self._holder(rel, stamp is not None or link is not None, relinked)
+        if holder is None:  # nothing there to remove
             return
-        content = self.files.get(rel)
-        if content is None:
-            raise _NoCopy(f"no copy was kept: larger than {MAX_COPY // 2**20} MB or unreadable")
-        _write_new(self.root, rel, content, self.links)
-        os.chmod(full, stat.S_IMODE(self.stamps[rel][4]))
-        _contents.pop(str(full), None)
+        name = rel.rsplit("/", 1)[-1]
+        try:
+            if link is not None:
+                _relink(holder, name, rel, link, relinked)
+            if stamp is None or (link is not None and stat.S_ISLNK(stamp[4])):
+                if link is None:
+                    _remove(holder, name)
+                return
+            if _stat(name, holder, follow=link is not None) == stamp:
+                return  # as it was: reached again through the user's link, put back
+            content = self.files.get(rel)
+            if content is None:
+                raise _NoCopy(f"no copy was kept: larger than {MAX_COPY // 2**20} MB or unreadable")
+            _write(holder, name, content, stat.S_IMODE(stamp[4]), link)
+            _contents.pop(str(self.root / rel), None)
+        finally:
+            os.close(holder)
+
+    def _holder(self, rel: str, make: bool, relinked: list[str]) -> int | None:
+        root = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        return _holder(root, rel, self.links, make=make, relinked=relinked)
+
+    def _unlock(self, rel: str, relinked: list[str]) -> None:
+        """The folder at `rel`, which the run made unreadable, readable again: a real folder, or the one the user's
+        unchanged link points to; never what another link points to."""
+        holder = self._holder(rel, False, relinked)
+        if holder is None:
+            return
+        name, link = rel.rsplit("/", 1)[-1], self.links.get(rel)
+        try:
+            if link is not None and _link(name, holder) != link:
+                _relink(holder, name, rel, link, relinked)  # which undoes what the run did below it
+            elif link is not None or stat.S_ISDIR(_mode(name, holder) or 0):
+                _grant(holder, name)
+        finally:
+            os.close(holder)
 
 
 @dataclass
@@ -191,33 +240,46 @@ def _folder_name(run_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", run_id)[:100] or "_"
 
 
+def _shown(rel: str) -> str:
+    """`rel` as the run's error shows it: as it is, or quoted and escaped like a Python string (`'a\\nb'`) when
+    it holds a control character or could be taken for a quoted name. `_path` reads it back."""
+    return rel if rel.isprintable() and not rel.startswith(("'", '"')) else repr(rel)
+
+
+def _path(shown: str) -> str:
+    if shown.startswith(("'", '"')):
+        try:
+            path = ast.literal_eval(shown)
+        except (ValueError, SyntaxError):
+            return shown
+        return path if isinstance(path, str) else shown
+    return shown
+
+
 def _read_now(root: Path, rel: str, links: dict[str, Link]) -> bytes | None:
     """The regular file at `rel` now; None when nothing is there. No step below the root follows a link but
-    the user's (`links`, as they were at the snapshot), and nothing but a regular file is opened (a FIFO would
-    block the read, a device never end it)."""
+    the user's unchanged one (`links`), and nothing but a regular file is opened (a FIFO would block the read,
+    a device never end it)."""
     *folders, name = parts = rel.split("/")
     if any(part in ("", ".", "..") for part in parts):
         raise _NoCopy("not a path inside the project")
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for depth, part in enumerate(folders, 1):
-            follow = _trusted(root, "/".join(folders[:depth]), links)
-            mode = _mode(part, fd, follow)
-            if mode is not None and stat.S_ISLNK(mode):
-                raise _NoCopy(f"{'/'.join(folders[:depth])} is a symlink, not followed")
-            if mode is None or not stat.S_ISDIR(mode):
+            inner = _read_step(fd, part, "/".join(folders[:depth]), links)
+            if inner is None:
                 return None
-            nofollow = 0 if follow else os.O_NOFOLLOW
-            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | nofollow, dir_fd=fd)
             os.close(fd)
             fd = inner
-        follow = _trusted(root, rel, links)
-        mode = _mode(name, fd, follow)
+        link = _unchanged(fd, name, links.get(rel))
+        mode = _mode(name, fd, follow=link is not None)
+        if link is None and rel in links and not stat.S_ISREG(mode or 0):
+            raise _NoCopy(_relinked(links[rel]))
         if mode is None:
             return None
         if not stat.S_ISREG(mode):
             raise _NoCopy(_KINDS.get(stat.S_IFMT(mode), "not a regular file"))
-        nofollow = 0 if follow else os.O_NOFOLLOW
+        nofollow = 0 if link else os.O_NOFOLLOW
         with os.fdopen(os.open(name, os.O_RDONLY | nofollow | os.O_NONBLOCK, dir_fd=fd), "rb") as file:
             content = file.read(MAX_COPY + 1)
     finally:
@@ -225,6 +287,23 @@ def _read_now(root: Path, rel: str, links: dict[str, Link]) -> bytes | None:
     if len(content) > MAX_COPY:
         raise _NoCopy(f"larger than {MAX_COPY // 2**20} MB")
     return content
+
+
+def _read_step(fd: int, name: str, rel: str, links: dict[str, Link]) -> int | None:
+    """The folder `name` in `fd` (at `rel`), open to read: a real folder, or the user's unchanged link's."""
+    link = _unchanged(fd, name, links.get(rel))
+    mode = _mode(name, fd)
+    if link is not None or stat.S_ISDIR(mode or 0):
+        return _open_dir(fd, name, link)
+    if rel in links:
+        raise _NoCopy(f"{_shown(rel)}: {_relinked(links[rel])}")
+    if mode is not None and stat.S_ISLNK(mode):
+        raise _NoCopy(f"{_shown(rel)} is a symlink, not followed")
+    return None
+
+
+def _relinked(link: Link) -> str:
+    return f"the link is put back (it pointed to {_shown(link[0])})"
 
 
 _KINDS = {stat.S_IFLNK: "a symlink, not followed", stat.S_IFIFO: "a FIFO, not read"}
@@ -237,25 +316,38 @@ def _mode(name: str, folder: int, follow: bool = False) -> int | None:
         return None
 
 
-Link = tuple[str, int, int]
-"""A symlink as (what it says, the device and inode of what it points to)."""
-
-
-def _link(path: Path) -> Link | None:
+def _stat(name: str, folder: int, follow: bool) -> Stamp | None:
     try:
-        if not stat.S_ISLNK(os.lstat(path).st_mode):
-            return None
-        target = os.stat(path)
-        return os.readlink(path), target.st_dev, target.st_ino
+        return _of(os.stat(name, dir_fd=folder, follow_symlinks=follow))
     except OSError:
         return None
 
 
-def _user_links(root: Path, patterns: list[str], links: dict[str, Link]) -> dict[str, Link]:
-    """`links` (those met in the protected folders) and the symlinks among the fixed parts of the protected
-    patterns (`goals`, `tests/unit`, `runner.yaml`)."""
+Link = tuple[str, int, int]
+"""A symlink as (what it says, the device and inode of what it points to)."""
+
+
+def _link(path: str | Path, folder: int | None = None) -> Link | None:
+    try:
+        if not stat.S_ISLNK(os.lstat(path, dir_fd=folder).st_mode):
+            return None
+        target = os.stat(path, dir_fd=folder)
+        return os.readlink(path, dir_fd=folder), target.st_dev, target.st_ino
+    except (OSError, ValueError):
+        return None
+
+
+def _unchanged(folder: int, name: str, link: Link | None) -> Link | None:
+    """`link` (the user's) when `name` in `folder` is still that link: the same text, the same target."""
+    return link if link is not None and _link(name, folder) == link else None
+
+
+def _user_links(root: Path, patterns: list[str]) -> dict[str, Link]:
+    """The symlinks among the fixed parts of the protected patterns (`goals`, `tests/unit`, `runner.yaml`); the
+    walk of the protected folders adds those it meets."""
+    links: dict[str, Link] = {}
     for pattern in patterns:
-        parts = _literal_prefix(pattern).split("/")
+        parts = literal_prefix(pattern).split("/")
         for depth in range(1, len(parts) + 1):
             rel = "/".join(parts[:depth])
             if rel and rel not in links and (link := _link(root / rel)) is not None:
@@ -263,60 +355,114 @@ def _user_links(root: Path, patterns: list[str], links: dict[str, Link]) -> dict
     return links
 
 
-def _trusted(root: Path, rel: str, links: dict[str, Link]) -> bool:
-    """Whether `rel` is a link of the user's, unchanged since the snapshot (the same text, the same target)."""
-    return rel in links and _link(root / rel) == links[rel]
+# The restore's way down: one name at a time, never through a link but the user's unchanged one -----------
 
 
-def _write_new(root: Path, rel: str, content: bytes, links: dict[str, Link] | None = None) -> None:
-    """A new file at `rel`, readable by its owner only, in place of whatever is there; a link where a folder
-    above it was is replaced by a folder, so nothing is written through a link, except the user's (`links`):
-    a shared folder or file stays shared, and the content goes where it points."""
-    links = links or {}
-    full = root / rel
-    _make_folders(root, rel, links)
-    if _trusted(root, rel, links):
-        with open(full, "r+b") as file:  # through the user's link, to the file it names
-            file.write(content)
-            file.truncate()
+def _holder(fd: int, rel: str, links: dict[str, Link], *, make: bool, relinked: list[str]) -> int | None:
+    """The folder holding `rel`, open, reached from `fd` (closed here) one name at a time, each made safe before
+    it is gone through: the user's link (`links`) is gone through while unchanged and put back when it changed,
+    which by itself undoes whatever the run did below it (and goes into `relinked`); any other link is removed,
+    never followed, and so is a file in a folder's place when writing; a missing folder is made when `make` (to
+    write), else there is nothing below to remove (None)."""
+    parts = rel.split("/")[:-1]
+    for depth, name in enumerate(parts, 1):
+        try:
+            inner = _step(fd, name, "/".join(parts[:depth]), links, make, relinked)
+        finally:
+            os.close(fd)
+        if inner is None:
+            return None
+        fd = inner
+    return fd
+
+
+def _step(fd: int, name: str, rel: str, links: dict[str, Link], make: bool, relinked: list[str]) -> int | None:
+    link = links.get(rel)
+    if link is not None:
+        _relink(fd, name, rel, link, relinked)
+        try:
+            return _open_dir(fd, name, link, unlock=True)
+        except FileNotFoundError:  # the user's link leads nowhere now: nothing below it to remove
+            if make:
+                raise
+            return None
+    mode = _mode(name, fd)
+    if stat.S_ISDIR(mode or 0):
+        return _open_dir(fd, name, None, unlock=True)
+    if mode is not None and (make or stat.S_ISLNK(mode)):
+        os.unlink(name, dir_fd=fd)  # a link the run made, or a file (kept first) where a folder was
+    if not make:
+        return None
+    os.mkdir(name, dir_fd=fd)
+    return _open_dir(fd, name, None, unlock=True)
+
+
+def _relink(fd: int, name: str, rel: str, link: Link, relinked: list[str]) -> None:
+    """The user's link at `name`, as it was at the snapshot: whatever else is there (another link, a file, a folder
+    made in its place during the run, whose files were kept) is removed first."""
+    if _link(name, fd) == link:
         return
-    _remove(full)
-    fd = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as file:
-        file.write(content)
+    _remove(fd, name)
+    os.symlink(link[0], name, dir_fd=fd)
+    relinked.append(rel)
 
 
-def _remove(full: Path) -> None:
-    """Whatever is at `full` now (a file, a symlink, a FIFO, a folder put where a file was) is removed."""
+def _open_dir(folder: int, name: str, link: Link | None, *, unlock: bool = False) -> int:
+    """The folder `name` in `folder`, open: through `link` (the user's, checked to lead where it led at the snapshot)
+    or through no link at all. With `unlock` (a restore), the owner gets back the rights the run took from it."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | (0 if link else os.O_NOFOLLOW)
     try:
-        mode = os.lstat(full).st_mode
-    except FileNotFoundError:
+        fd = os.open(name, flags, dir_fd=folder)
+    except PermissionError:
+        if not unlock:
+            raise
+        _grant(folder, name)  # a real folder (lstat said so) or the user's link's
+        fd = os.open(name, flags, dir_fd=folder)
+    _check(fd, link)
+    if unlock and not os.access(name, os.W_OK | os.X_OK, dir_fd=folder):
+        os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) | stat.S_IRWXU)
+    return fd
+
+
+def _check(fd: int, link: Link | None) -> None:
+    """That `fd`, opened through the user's `link`, is what it pointed to (not a link switched meanwhile)."""
+    if link is None:
+        return
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != link[1:]:
+        os.close(fd)
+        raise OSError(errno.ESTALE, "changed while it was gone through")
+
+
+def _grant(folder: int, name: str) -> None:
+    os.chmod(name, stat.S_IMODE(os.stat(name, dir_fd=folder).st_mode) | stat.S_IRWXU, dir_fd=folder)
+
+
+def _remove(folder: int, name: str) -> None:
+    """Whatever is at `name` in `folder` now (a file, a symlink, a FIFO, a folder put where a file was); a link is
+    removed, never followed."""
+    mode = _mode(name, folder)
+    if mode is None:
         return
     if stat.S_ISDIR(mode):
-        shutil.rmtree(full)
+        shutil.rmtree(name, dir_fd=folder)
     else:
-        full.unlink()
+        os.unlink(name, dir_fd=folder)
 
 
-def _make_folders(root: Path, rel: str, links: dict[str, Link]) -> None:
-    """The folders above `rel` as real folders: a symlink or file put in their place is removed, so a restore
-    never writes through a link the agent made (the user's `links` stay)."""
-    folder, parts = root, rel.split("/")[:-1]
-    for depth, part in enumerate(parts, 1):
-        folder = folder / part
-        if _trusted(root, "/".join(parts[:depth]), links) and folder.is_dir():
-            continue
-        try:
-            mode = os.lstat(folder).st_mode
-        except FileNotFoundError:
-            mode = None
-        if mode is not None and not stat.S_ISDIR(mode):
-            folder.unlink()
-            mode = None
-        if mode is None:
-            folder.mkdir()
-        elif not os.access(folder, os.W_OK | os.X_OK):
-            os.chmod(folder, stat.S_IMODE(mode) | stat.S_IRWXU)
+def _write(folder: int, name: str, content: bytes, mode: int, link: Link | None = None) -> None:
+    """`content` at `name` in `folder`, with `mode`: a new file in place of whatever is there, or, through the user's
+    `link`, into the file it names (a shared file stays shared)."""
+    if link is None:
+        _remove(folder, name)
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder)
+    else:
+        fd = os.open(name, os.O_WRONLY, dir_fd=folder)
+        _check(fd, link)
+    with os.fdopen(fd, "wb") as file:
+        file.write(content)
+        file.truncate()
+        os.fchmod(file.fileno(), mode)
 
 
 def _content(path: str, stamp: Stamp) -> bytes | None:
@@ -333,30 +479,56 @@ def _content(path: str, stamp: Stamp) -> bytes | None:
     return cached[1]
 
 
-def _stamps(root: Path, patterns: list[str], links: dict[str, Link] | None = None) -> dict[str, Stamp]:
-    """The stamp of every file (and link, FIFO, ...) under the protected patterns, by path relative to the root;
-    the symlinks met in the folders walked go into `links` when given."""
+# Stamps: what is under the protected patterns -------------------------------------------------------------
+
+
+def _stamps(root: Path, patterns: list[str], links: dict[str, Link], *, record: bool = False) -> dict[str, Stamp]:
+    """The stamp of every file (and link, FIFO, ...) under the protected patterns, by path relative to the root.
+    No link is gone through but the user's unchanged ones (`links`): another one on the way to a protected path
+    is stamped itself. With `record` (the snapshot), each link met is the user's, and goes into `links`."""
     stamps: dict[str, Stamp] = {}
+    base = f"{root}{os.sep}"
     for pattern in patterns:
+        blocked = _blocked(base, literal_prefix(pattern), links)
+        if blocked is not None:
+            _add(base + blocked, blocked, stamps, links, record)
+            continue
         rel = pattern.removesuffix("/**").strip("/")
         if any(c in rel for c in "*?["):
             for path in root.glob(pattern):
-                _add(str(path), path.relative_to(root).as_posix(), stamps)
+                _add(str(path), path.relative_to(root).as_posix(), stamps, links, record)
             continue
-        top = f"{root}{os.sep}{rel}"
+        top = base + rel
         try:
             is_dir = stat.S_ISDIR(os.stat(top).st_mode)
         except (OSError, ValueError):
             continue
         if is_dir:
-            _walk(top, rel + "/", stamps, links)
+            _walk(top, rel + "/", stamps, links, record)
         else:
-            _add(top, rel, stamps)
+            _add(top, rel, stamps, links, record)
     return stamps
 
 
-def _walk(folder: str, prefix: str, stamps: dict[str, Stamp], links: dict[str, Link] | None) -> None:
-    if _in_state(prefix.rstrip("/")):
+def _blocked(base: str, rel: str, links: dict[str, Link]) -> str | None:
+    """The first name on the way to `rel` (itself included) not to go through: a link other than the user's
+    unchanged one, or a file where a folder should be."""
+    parts = rel.split("/")
+    for depth in range(1, len(parts) + 1):
+        sub = "/".join(parts[:depth])
+        try:
+            mode = os.lstat(base + sub).st_mode
+        except (OSError, ValueError):
+            return None
+        if stat.S_ISLNK(mode) and (sub not in links or _link(base + sub) != links[sub]):
+            return sub
+        if depth < len(parts) and not stat.S_ISDIR(mode) and not stat.S_ISLNK(mode):
+            return sub
+    return None
+
+
+def _walk(folder: str, prefix: str, stamps: dict[str, Stamp], links: dict[str, Link], record: bool) -> None:
+    if in_state(prefix.rstrip("/")):
         return
     try:
         entries = list(os.scandir(folder))
@@ -367,213 +539,42 @@ def _walk(folder: str, prefix: str, stamps: dict[str, Stamp], links: dict[str, L
         name = entry.name
         if name in CACHES or (not prefix and name == STATE):
             continue
-        if entry.is_dir(follow_symlinks=False):
-            _walk(entry.path, f"{prefix}{name}/", stamps, links)
-            continue
-        if links is not None and entry.is_symlink() and (link := _link(Path(entry.path))) is not None:
-            links[prefix + name] = link
-        try:  # _stamp, inlined: a walk of a big folder does little else
-            st = os.stat(entry.path)
-        except OSError:
-            _stamp(entry.path, prefix + name, stamps)
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            stamps[prefix + name] = _of(st)
+        if entry.is_dir(follow_symlinks=False):  # the scan's own type: no system call
+            _walk(entry.path, f"{prefix}{name}/", stamps, links, record)
+        elif entry.is_symlink():
+            _stamp(entry.path, prefix + name, stamps, links, record)
+        else:
+            try:  # _stamp, inlined: a walk of a big folder does little else
+                stamps[prefix + name] = _of(os.lstat(entry.path))
+            except OSError:
+                pass
 
 
-def _add(path: str, rel: str, stamps: dict[str, Stamp]) -> None:
-    if not (_in_state(rel) or CACHES.intersection(rel.split("/"))):
-        _stamp(path, rel, stamps)
+def _add(path: str, rel: str, stamps: dict[str, Stamp], links: dict[str, Link], record: bool) -> None:
+    if not (in_state(rel) or CACHES.intersection(rel.split("/"))):
+        _stamp(path, rel, stamps, links, record)
 
 
-def _stamp(path: str, rel: str, stamps: dict[str, Stamp]) -> None:
-    """One stat: of what a link points to, or of the link itself when that is missing or unreadable."""
+def _stamp(path: str, rel: str, stamps: dict[str, Stamp], links: dict[str, Link], record: bool) -> None:
+    """One stat of the file; for a link, of what it points to when it is the user's (unchanged) and no folder,
+    else of the link itself: one planted, dangling or leading to a folder (which is not walked)."""
     try:
-        st = os.stat(path)
-    except OSError:
-        try:
-            st = os.lstat(path)
-        except OSError:
-            return
+        st = os.lstat(path)
+    except (OSError, ValueError):
+        return
+    if stat.S_ISLNK(st.st_mode):
+        link = _link(path)
+        if record and link is not None:
+            links[rel] = link
+        if link is not None and links.get(rel) == link:
+            try:
+                target = os.stat(path)
+            except OSError:
+                target = st
+            st = st if stat.S_ISDIR(target.st_mode) else target
     if not stat.S_ISDIR(st.st_mode):
         stamps[rel] = _of(st)
 
 
 def _of(st: os.stat_result) -> Stamp:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
-
-
-def _in_state(rel: str) -> bool:
-    return rel == STATE or rel.startswith(STATE + "/")
-
-
-# Runs side by side: claims on protected paths ----------------------------------------------------------
-
-
-@dataclass
-class Claim:
-    """What one run protects and where its goal may write, as other runs of the project see it."""
-
-    run_id: str
-    goal: str
-    workdir: str
-    """The goal's workdir relative to the root ('' for the root itself)."""
-    protects: list[str]
-    """Its own protected paths (beside the fixed ones every goal shares)."""
-    patterns: list[str]
-    """Everything its file tools refuse to write."""
-
-    @classmethod
-    def of(cls, goal: Goal, run_id: str) -> Claim:
-        root = goal.rootpath
-        workdir = goal.workpath.relative_to(root).as_posix() if goal.workpath.is_relative_to(root) else "/"
-        patterns = protected_patterns(goal)
-        own = [p for p in patterns if not _fixed(p)]
-        return cls(run_id, goal.name, "" if workdir == "." else workdir, own, [*ALWAYS_PROTECTED, *patterns])
-
-    def clashes(self, other: Claim) -> bool:
-        """Whether either run's goal may write a path the other protects."""
-        return _may_write(other, self.protects) or _may_write(self, other.protects)
-
-
-def _fixed(pattern: str) -> bool:
-    return any(pattern == p or pattern.startswith(p + "/") for p in ALWAYS_PROTECTED)
-
-
-def _may_write(claim: Claim, paths: list[str]) -> bool:
-    for path in paths:
-        base = _literal_prefix(path)
-        inside = claim.workdir == "" or base == claim.workdir or base.startswith(claim.workdir + "/")
-        around = base == "" or claim.workdir.startswith(base + "/")
-        if (inside or around) and not _covered(path, claim.patterns):
-            return True
-    return False
-
-
-def _literal_prefix(pattern: str) -> str:
-    """The folder part of a pattern before its first wildcard: `secrets/*.key` -> `secrets`."""
-    parts = pattern.removesuffix("/**").strip("/").split("/")
-    literal = []
-    for part in parts:
-        if any(c in part for c in "*?["):
-            break
-        literal.append(part)
-    return "/".join(literal)
-
-
-def _covered(path: str, patterns: list[str]) -> bool:
-    """Whether `patterns` protect `path` (the same rule as the file tools' PathGuard)."""
-    for pattern in patterns:
-        base = pattern.rstrip("/").removesuffix("/**")
-        if path == base or path.startswith(base + "/") or fnmatch.fnmatchcase(path, pattern):
-            return True
-    return False
-
-
-WAIT_POLL = 0.2
-"""Seconds between two looks at the claims while waiting for a clashing run to end."""
-
-
-@asynccontextmanager
-async def claimed(goal: Goal, run_id: str, waiting: Callable[[list[str]], None]) -> AsyncIterator[None]:
-    """Hold the run's claim on its protected paths; first wait (telling `waiting` once, with the other runs'
-    ids) while a run whose goal clashes with this one holds its own. A claim whose process died is dropped.
-
-    Claims live in `.runner/tamper/` as one file per run, each held under an exclusive flock by its run.
-    Without a writable state folder there is nothing to share with other runs: the run goes on unclaimed.
-    """
-    folder = goal.root / STATE / "tamper"
-    claim = Claim.of(goal, run_id)
-    fd: int | None = None
-    told = False
-    try:
-        while True:
-            try:
-                clashing, fd = _try_claim(folder, claim) if fcntl is not None else ([], None)
-            except OSError:
-                break
-            if not clashing:
-                break
-            if not told:
-                waiting(clashing)
-                told = True
-            await asyncio.sleep(WAIT_POLL)
-        yield
-    finally:
-        if fd is not None:
-            _release(folder, claim, fd)
-
-
-def _try_claim(folder: Path, claim: Claim) -> tuple[list[str], int | None]:
-    """Under the project's claim mutex: the runs that clash with `claim`, or none and the held claim file."""
-    if not folder.is_dir():  # a mkdir of a folder that exists costs as much as making it on some disks
-        folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".mutex", "a") as mutex:
-        fcntl.flock(mutex, fcntl.LOCK_EX)
-        clashing = [other.run_id for other in _live_claims(folder, claim)]
-        if clashing:
-            return clashing, None
-        fd = os.open(folder / f"{claim.run_id}.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, json.dumps(vars(claim)).encode())
-        return [], fd
-
-
-_read: dict[str, Claim | None] = {}
-"""Claim files already read by this process, by path: a claim file is written once, under a name no other
-run has, so it is read once however many runs of a busy daemon look at it."""
-
-
-def _live_claims(folder: Path, claim: Claim) -> list[Claim]:
-    """The claims of live runs that clash with `claim`. Whether a run is alive is asked only of those that
-    clash (a flock each): with hundreds of runs at once, most claims never need it."""
-    found = []
-    names = [name for name in os.listdir(folder) if name.endswith(".json") and name != f"{claim.run_id}.json"]
-    for name in names:
-        path = os.path.join(folder, name)
-        if path not in _read:
-            data = _held(Path(path))
-            if data is None:
-                continue
-            try:
-                _read[path] = Claim(**data)
-            except TypeError:
-                _read[path] = None
-        other = _read[path]
-        if other is not None and claim.clashes(other) and _held(Path(path)) is not None:
-            found.append(other)
-    if len(_read) > 4 * len(names) + 1000:  # forget claims whose files are gone
-        listed = {os.path.join(folder, name) for name in names}
-        for path in [p for p in _read if p.startswith(str(folder)) and p not in listed]:
-            del _read[path]
-    return found
-
-
-def _held(path: Path) -> dict[str, Any] | None:
-    """The claim in `path` while its run holds it; a claim left by a dead process is removed."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            with os.fdopen(os.dup(fd), "rb") as file:
-                try:
-                    data = json.loads(file.read())
-                except ValueError:
-                    return None
-            return data if isinstance(data, dict) else None
-        path.unlink(missing_ok=True)
-        return None
-    finally:
-        os.close(fd)
-
-
-def _release(folder: Path, claim: Claim, fd: int) -> None:
-    try:
-        (folder / f"{claim.run_id}.json").unlink(missing_ok=True)
-    except OSError:
-        pass
-    os.close(fd)
