@@ -102,3 +102,19 @@ def python_lines(*code: str) -> list[str]:
     """What a fresh Python process running these lines prints, line by line."""
     run = subprocess.run([sys.executable, "-c", "\n".join(code)], capture_output=True, text=True, check=True)
     return run.stdout.splitlines()
+
+
+def approve_goal(proj: Any, after: str = "test -f haiku.txt") -> None:
+    """Goal `ship`: an `approve` check between two command checks on haiku.txt (the third one is `after`)."""
+    proj.goal(
+        "ship",
+        prompt="p",
+        verify={
+            "max_attempts": 1,
+            "checks": [
+                {"name": "exists", "run": "test -f haiku.txt"},
+                {"name": "ship it", "approve": "Publish this poem?"},
+                {"name": "after", "run": after},
+            ],
+        },
+    )

@@ -12,26 +12,15 @@ import time
 
 import pytest
 from cluster_helpers import fresh_database, server_url, use_store
-from support import call
+from support import approve_goal, call
 
 from runner.store import SqliteStore
 from runner.store.postgres import PostgresStore
 
 
 def ship_goal(proj, after: str = "test -f haiku.txt") -> None:
-    """A goal whose approval sits between two command checks; the model writes the file the checks test."""
-    proj.goal(
-        "ship",
-        prompt="p",
-        verify={
-            "max_attempts": 1,
-            "checks": [
-                {"name": "exists", "run": "test -f haiku.txt"},
-                {"name": "ship it", "approve": "Publish this poem?"},
-                {"name": "after", "run": after},
-            ],
-        },
-    )
+    """The approval goal; the model writes the file the checks test."""
+    approve_goal(proj, after)
     proj.server.add({"tool_calls": [call("write_file", path="haiku.txt", content="a\nb\nc\n")]}, {"content": "done"})
 
 

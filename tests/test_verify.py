@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from support import call, child_env
+from support import approve_goal, call, child_env
 
 HAIKU_CHECK = """
 import sys, pathlib
@@ -200,21 +200,6 @@ def test_judge_model_can_differ(proj, server):
     assert proj.cli_json("goal", "poem")["outcome"] == "achieved"
     assert [r["model"] for r in server.requests] == ["test-model", "judge-9000"]
     assert "(the file does not exist)" in server.requests[1]["messages"][1]["content"]
-
-
-def approve_goal(proj):
-    proj.goal(
-        "ship",
-        prompt="p",
-        verify={
-            "max_attempts": 1,
-            "checks": [
-                {"name": "exists", "run": "test -f haiku.txt"},
-                {"name": "ship it", "approve": "Publish this poem?"},
-                {"name": "after", "run": "test -f haiku.txt"},
-            ],
-        },
-    )
 
 
 def run_in_pty(proj, answer: str) -> tuple[int, str]:
