@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -229,6 +230,38 @@ def test_the_users_own_symlink_stays_and_the_restore_goes_through_it(proj, serve
     assert (proj.root / "goals/other.yaml").read_text() == original  # put back through it
     assert sorted(p.name for p in (proj.root / "goals").iterdir()) == ["calc.yaml", "other.yaml"]
     assert kept(proj, out["run_id"], "goals/other.yaml").read_text() == original + "# poked\n"
+
+
+@pytest.mark.timeout(120)  # the old code waited for ever
+def test_a_fifo_put_where_the_users_linked_file_was_is_named_not_waited_on(proj, server, tmp_path):
+    """The file a user's link names, replaced by a FIFO: the restore names it and the run ends (it blocked for
+    ever opening the FIFO to write)."""
+    calc_project(proj, sandbox="off")
+    proj.goal("other", prompt="theirs")
+    shared = tmp_path / "other.yaml"
+    shutil.move(proj.root / "goals/other.yaml", shared)
+    (proj.root / "goals/other.yaml").symlink_to(shared)
+    server.add({"tool_calls": [call("shell", command=f"rm {shared} && mkfifo {shared}")]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert (out["exit_code"], out["outcome"]) == (1, "tampered")
+    assert "could not put back: goals/other.yaml (the file the link points to was replaced)" in out["error"]
+    assert (proj.root / "goals/other.yaml").is_symlink()
+
+
+def test_a_tree_deeper_than_pythons_stack_is_still_checked_and_put_back(proj, server):
+    """An agent hiding a change behind 1,200 nested folders: the walk does not recurse, so the change is found."""
+    calc_project(proj, sandbox="off")
+    deep = "python3 -c \"import os\nfor _ in range(1200): os.mkdir('d'); os.chdir('d')\""
+    server.add(
+        {"tool_calls": [call("shell", command=f"echo '# forged' >> verifiers/unit.py && cd verifiers && {deep}")]},
+        done(),
+    )
+    try:
+        out = proj.cli_json("goal", "calc")
+        assert (out["exit_code"], out["outcome"]) == (1, "tampered")
+        assert (proj.root / "verifiers/unit.py").read_text() == UNIT
+    finally:
+        subprocess.run(["rm", "-rf", str(proj.root / "verifiers/d")], check=True)  # pytest's cleanup would recurse
 
 
 def test_a_created_protected_file_is_kept_then_removed(proj, server):

@@ -355,11 +355,19 @@ class Verifier:
         snapshot = self.snapshot
         if snapshot is None:
             return None
-        changed = snapshot.changes(checks_ran=checks_ran)
+        try:
+            changed = snapshot.changes(checks_ran=checks_ran)
+        except Exception as exc:  # what cannot be checked counts as changed: the machine decides, not the model
+            return self._finish(
+                "tampered", error=f"{who}: the protected files could not be checked ({unexpected(exc)})"
+            )
         if not changed:
             return None
         kept = snapshot.keep(changed, self.result.run_id)
-        failed = snapshot.restore(changed)
+        try:
+            failed = snapshot.restore(changed)
+        except Exception as exc:
+            failed = [f"the restore stopped ({unexpected(exc)})"]
         notes = [f"could not put back: {_some(failed)}" if failed else "their original content was put back"]
         if kept.paths:
             notes.append(f"the changed versions are kept in {kept.folder}")

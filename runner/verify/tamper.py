@@ -445,7 +445,10 @@ def _remove(folder: int, name: str) -> None:
     if mode is None:
         return
     if stat.S_ISDIR(mode):
-        shutil.rmtree(name, dir_fd=folder)
+        try:
+            shutil.rmtree(name, dir_fd=folder)
+        except RecursionError:  # a tree deeper than Python's stack (Python 3.11's rmtree recurses)
+            raise OSError(errno.ELOOP, "a folder too deep to remove") from None
     else:
         os.unlink(name, dir_fd=folder)
 
@@ -456,8 +459,11 @@ def _write(folder: int, name: str, content: bytes, mode: int, link: Link | None 
     if link is None:
         _remove(folder, name)
         fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder)
-    else:
-        fd = os.open(name, os.O_WRONLY, dir_fd=folder)
+    else:  # never blocks on a FIFO put where the file was, and writes only into the file the link named
+        target = os.stat(name, dir_fd=folder)
+        if not stat.S_ISREG(target.st_mode) or (target.st_dev, target.st_ino) != link[1:]:
+            raise OSError(errno.ESTALE, "the file the link points to was replaced")
+        fd = os.open(name, os.O_WRONLY | os.O_NONBLOCK, dir_fd=folder)
         _check(fd, link)
     with os.fdopen(fd, "wb") as file:
         file.write(content)
@@ -527,9 +533,23 @@ def _blocked(base: str, rel: str, links: dict[str, Link]) -> str | None:
     return None
 
 
-def _walk(folder: str, prefix: str, stamps: dict[str, Stamp], links: dict[str, Link], record: bool) -> None:
-    if in_state(prefix.rstrip("/")):
-        return
+def _walk(top: str, top_prefix: str, stamps: dict[str, Stamp], links: dict[str, Link], record: bool) -> None:
+    """Every file below `top`, folder by folder from a stack (a tree of any depth: no recursion)."""
+    folders = [(top, top_prefix)]
+    while folders:
+        folder, prefix = folders.pop()
+        if not in_state(prefix.rstrip("/")):
+            _walk_one(folder, prefix, stamps, links, record, folders)
+
+
+def _walk_one(
+    folder: str,
+    prefix: str,
+    stamps: dict[str, Stamp],
+    links: dict[str, Link],
+    record: bool,
+    folders: list[tuple[str, str]],
+) -> None:
     try:
         entries = list(os.scandir(folder))
     except OSError:
@@ -540,7 +560,7 @@ def _walk(folder: str, prefix: str, stamps: dict[str, Stamp], links: dict[str, L
         if name in CACHES or (not prefix and name == STATE):
             continue
         if entry.is_dir(follow_symlinks=False):  # the scan's own type: no system call
-            _walk(entry.path, f"{prefix}{name}/", stamps, links, record)
+            folders.append((entry.path, f"{prefix}{name}/"))
         elif entry.is_symlink():
             _stamp(entry.path, prefix + name, stamps, links, record)
         else:
