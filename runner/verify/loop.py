@@ -32,7 +32,7 @@ from .checks import Approver, CheckContext, CheckResult, run_checks
 from .claims import claimed
 from .feedback import Feedback, describe_failures, signature
 from .resume import Resume
-from .tamper import Snapshot
+from .tamper import Snapshot, shown
 from .trigger import prompt_block, write_context
 
 
@@ -141,9 +141,9 @@ def abandon(store: Store, result: RunResult, exc: Exception) -> RunResult:
     return result
 
 
-def _some(paths: list[str], shown: int = 10) -> str:
-    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
-    return ", ".join(paths[:shown]) + more
+def _some(paths: list[str], most: int = 10) -> str:
+    more = f" and {len(paths) - most} more" if len(paths) > most else ""
+    return ", ".join(paths[:most]) + more
 
 
 def _writable(goal: Goal) -> Any:
@@ -373,7 +373,10 @@ class Verifier:
             notes.append(f"the changed versions are kept in {kept.folder}")
         if kept.missed:
             notes.append(f"not kept: {_some(kept.missed)}")
-        return self._finish("tampered", error=f"{who} changed protected files: {_some(changed)} ({'; '.join(notes)})")
+        return self._finish(
+            "tampered",
+            error=f"{who} changed protected files: {_some([shown(p) for p in changed])} ({'; '.join(notes)})",
+        )
 
     def _waiting(self, runs: list[str]) -> None:
         self.record(Event.CLAIM_WAIT, {"runs": runs})

@@ -9,7 +9,6 @@ a run's protected paths while it runs was made by that run's own attempt (or its
 
 from __future__ import annotations
 
-import ast
 import errno
 import os
 import re
@@ -68,9 +67,8 @@ class Snapshot:
         return cls(goal.root, stamps, files, patterns, inputs, links, _link(goal.root / STATE))
 
     def changes(self, *, checks_ran: bool = False) -> list[str]:
-        """Paths created, changed or deleted since the snapshot, relative to the root, each as the run's error
-        shows it (`_shown`: a name with a control character in it is escaped). A link now in the place of a
-        folder that held protected files is not named: those files, out of reach through it, are.
+        """Paths created, changed or deleted since the snapshot, relative to the root. A link now in the place of
+        a folder that held protected files is not named: those files, out of reach through it, are.
 
         After the checks (`checks_ran`), what they wrote among their own inputs (`tee log.txt`, `sort -o
         out.txt`) is no change: it becomes part of the snapshot. The attempt's processes are gone by then.
@@ -84,7 +82,7 @@ class Snapshot:
             written = [p for p in changed if covered(p, self.inputs)]
             self._accept(written, now)
             changed = [p for p in changed if p not in written]
-        return [_shown(p) for p in changed]
+        return changed
 
     def _held(self, folder: str) -> bool:
         return any(p.startswith(f"{folder}/") for p in self.stamps)
@@ -100,13 +98,12 @@ class Snapshot:
                 self.files.pop(rel, None)
 
     def keep(self, paths: list[str], run_id: str) -> Kept:
-        """Copy what is at each of `paths` (as `changes` names them) now to `.runner/tampered/<run id>/<path>` (a
+        """Copy what is at each of `paths` now to `.runner/tampered/<run id>/<path>` (a
         deleted path leaves nothing to keep). The state folder is never fingerprinted: writing there is no change."""
         folder = f"tampered/{_folder_name(run_id)}/"
         kept = Kept(f"{STATE}/{folder}", [], [])
         room = MAX_COPIES
-        for shown in paths:
-            rel = _path(shown)
+        for rel in paths:
             if rel.endswith("/"):  # a folder made unreadable: its files are still there
                 continue
             try:
@@ -123,11 +120,11 @@ class Snapshot:
                 finally:
                     os.close(holder)
             except OSError as exc:
-                kept.missed.append(f"{shown} ({exc.strerror or exc})")
+                kept.missed.append(f"{shown(rel)} ({exc.strerror or exc})")
             except _NoCopy as exc:
-                kept.missed.append(f"{shown} ({exc})")
+                kept.missed.append(f"{shown(rel)} ({exc})")
             else:
-                kept.paths.append(shown)
+                kept.paths.append(rel)
         return kept
 
     def _state_folder(self) -> int:
@@ -149,7 +146,7 @@ class Snapshot:
             os.close(root)
 
     def restore(self, paths: list[str]) -> list[str]:
-        """Put `paths` (as `changes` names them) back as they were; what could not be put back, each as `path (why)`.
+        """Put `paths` back as they were; what could not be put back, each as `path (why)`.
 
         Nothing outside the root is removed, written or made readable but through a link of the user's that is
         unchanged (`_holder`). A link of the user's put back brings back what was below it; what the run wrote
@@ -158,19 +155,19 @@ class Snapshot:
         failed = self._restore(paths, relinked)
         if relinked:
             done = set(paths)
-            again = [p for p in self.changes() if p not in done and any(_path(p).startswith(f"{r}/") for r in relinked)]
+            again = [p for p in self.changes() if p not in done and any(p.startswith(f"{r}/") for r in relinked)]
             failed += self._restore(again, [])
         return failed
 
     def _restore(self, paths: list[str], relinked: list[str]) -> list[str]:
         failed: list[str] = []
-        for shown in sorted(paths, key=_path):  # a folder's place before what goes in it
+        for rel in sorted(paths):  # a folder's place before what goes in it
             try:
-                self._put_back(_path(shown), relinked)
+                self._put_back(rel, relinked)
             except OSError as exc:
-                failed.append(f"{shown} ({exc.strerror or exc})")
+                failed.append(f"{shown(rel)} ({exc.strerror or exc})")
             except _NoCopy as exc:
-                failed.append(f"{shown} ({exc})")
+                failed.append(f"{shown(rel)} ({exc})")
         return failed
 
     def _put_back(self, rel: str, relinked: list[str]) -> None:
@@ -240,20 +237,10 @@ def _folder_name(run_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", run_id)[:100] or "_"
 
 
-def _shown(rel: str) -> str:
+def shown(rel: str) -> str:
     """`rel` as the run's error shows it: as it is, or quoted and escaped like a Python string (`'a\\nb'`) when
-    it holds a control character or could be taken for a quoted name. `_path` reads it back."""
+    it holds a control character or could be taken for a quoted name, so a message keeps one line per path."""
     return rel if rel.isprintable() and not rel.startswith(("'", '"')) else repr(rel)
-
-
-def _path(shown: str) -> str:
-    if shown.startswith(("'", '"')):
-        try:
-            path = ast.literal_eval(shown)
-        except (ValueError, SyntaxError):
-            return shown
-        return path if isinstance(path, str) else shown
-    return shown
 
 
 def _read_now(root: Path, rel: str, links: dict[str, Link]) -> bytes | None:
@@ -296,14 +283,14 @@ def _read_step(fd: int, name: str, rel: str, links: dict[str, Link]) -> int | No
     if link is not None or stat.S_ISDIR(mode or 0):
         return _open_dir(fd, name, link)
     if rel in links:
-        raise _NoCopy(f"{_shown(rel)}: {_relinked(links[rel])}")
+        raise _NoCopy(f"{shown(rel)}: {_relinked(links[rel])}")
     if mode is not None and stat.S_ISLNK(mode):
-        raise _NoCopy(f"{_shown(rel)} is a symlink, not followed")
+        raise _NoCopy(f"{shown(rel)} is a symlink, not followed")
     return None
 
 
 def _relinked(link: Link) -> str:
-    return f"the link is put back (it pointed to {_shown(link[0])})"
+    return f"the link is put back (it pointed to {shown(link[0])})"
 
 
 _KINDS = {stat.S_IFLNK: "a symlink, not followed", stat.S_IFIFO: "a FIFO, not read"}
