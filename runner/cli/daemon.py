@@ -17,6 +17,7 @@ from .common import reports_errors
 if TYPE_CHECKING:
     from ..config import Catalog, Entry, Project
     from ..store import Store
+    from ..store.postgres import PostgresStore
 
 MAX_PAYLOAD = 1_048_576
 """Bytes of a `runner trigger --payload` (the webhook listener's default body limit)."""
@@ -78,7 +79,7 @@ def list_goals(ctx: click.Context, as_json: bool) -> None:
     config = Catalog.load(ctx.obj)
     store = open_store(config.project)
     if isinstance(store, PostgresStore):  # daemons anywhere, on one grid of fire times
-        daemons = [p["where"] for p in store.live_processes() if p["role"] == "daemon"]
+        daemons = _connected_daemons(store)
         running = f"running ({len(daemons)}: {', '.join(daemons)})" if daemons else ""
         started: datetime | Literal["grid"] | None = "grid"
     else:
@@ -225,7 +226,7 @@ def trigger(ctx: click.Context, name: str, payload: Any) -> None:
         raise ConfigError(f"--payload: {len(text.encode())} bytes is over the limit of {MAX_PAYLOAD} bytes")
     command = store.send_command("trigger", name, text)
     if isinstance(store, PostgresStore):  # its daemons may run on other machines
-        daemons = [p["where"] for p in store.live_processes() if p["role"] == "daemon"]
+        daemons = _connected_daemons(store)
         who, which = ("a daemon", f" (connected: {', '.join(daemons)})") if daemons else ("", "")
     else:
         pid = daemon_pid(config.project)
@@ -239,6 +240,11 @@ def trigger(ctx: click.Context, name: str, payload: Any) -> None:
             f"{who} did not take the trigger of {name} within {wait:g}s{which}; it stays queued (see the daemon's log)"
         )
     click.echo(f"triggered {name}: {who} runs it as soon as the goal is free{which}")
+
+
+def _connected_daemons(store: PostgresStore) -> list[str]:
+    """host:pid of each daemon connected to the cluster's database now."""
+    return [process["where"] for process in store.live_processes() if process["role"] == "daemon"]
 
 
 def _taken(store: Store, command: int, wait: float) -> bool:
