@@ -74,6 +74,31 @@ def test_a_store_that_is_neither_a_folder_nor_a_postgresql_url_is_refused(proj, 
     assert [p.name for p in proj.root.iterdir() if p.name not in ("goals", "runner.yaml")] == []  # nothing made
 
 
+def test_history_stays_readable_while_runner_yaml_has_a_mistake_elsewhere(proj, server):
+    """`runner runs` and `runner show` read only `store` (and `daemon.store_timeout`) of runner.yaml, without
+    building its models: a typo in a model setting does not hide the history, while every command that uses
+    the setting still refuses with the file's line, and a wrong store or timeout is refused by all."""
+    proj.goal("g", prompt="hi")
+    server.add({"content": "ok"})
+    run_id = proj.cli_json("goal", "g")["run_id"]
+    settings = (proj.root / "runner.yaml").read_text()
+    proj.write("runner.yaml", settings + "daemon:\n  max_concurrent_runs: 0\n")
+    assert run_id in proj.cli("runs").output
+    assert proj.cli("show", run_id).exit_code == 0
+    line = len(settings.splitlines()) + 2
+    for command in ("validate", "goal g", "list"):
+        refused = proj.cli(*command.split())
+        assert refused.exit_code == 2 and f"runner.yaml:{line}: daemon.max_concurrent_runs: " in refused.stderr
+    for wrong, where in (("daemon:\n  store_timeout: 0\n", "daemon.store_timeout"), ("daemon: [1]\n", "daemon")):
+        proj.write("runner.yaml", settings + wrong)
+        for command in (("runs",), ("show", run_id)):
+            result = proj.cli(*command)
+            line = len(settings.splitlines()) + (2 if "store_timeout" in wrong else 1)
+            assert result.exit_code == 2 and f"runner.yaml:{line}: {where}: " in result.stderr, result.output
+    proj.write("runner.yaml", settings + "daemon:\n  store_timeout: 2m\n")
+    assert run_id in proj.cli("runs").output
+
+
 def test_validate_reports_every_problem_at_once(proj):
     proj.write("goals/a.yaml", "name: a\n")
     proj.write("goals/b.yaml", "prompt: hi\nlimits: {max_steps: x}\n")

@@ -72,10 +72,12 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(main())
 
 
-def project_of(ctx: click.Context) -> Project:
-    from ..config import load_project
+def project_of(ctx: click.Context, lazy: bool = False) -> Project:
+    """The command's project; `lazy` leaves runner.yaml's models unbuilt until used (a history command
+    reads only `store`, without pydantic)."""
+    from ..config.project import load_project
 
-    return load_project(ctx.obj)
+    return load_project(ctx.obj, lazy=lazy)
 
 
 NO_PROJECT_NEEDED = ("init",)

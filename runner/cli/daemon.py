@@ -48,7 +48,7 @@ def daemon(ctx: click.Context, verbose: bool) -> None:
         from ..ui import alongside  # the dashboard beside the daemon when runner.yaml says daemon.ui: true
 
         project = load_project(ctx.obj)
-        if project.settings.store.startswith(("postgresql://", "postgres://")):
+        if project.on_postgres:
             from ..schedule.cluster import run_daemon
 
             await alongside(project, run_daemon(ctx.obj))
@@ -160,7 +160,7 @@ def _next_fire(
         return fire, _when(fire)
     if last is not None and last + every > now:
         return last + every, _when(last + every)
-    from ..config.models import format_duration
+    from ..config.values import format_duration
 
     return None, f"{format_duration(entry.every)} after `runner daemon` starts"
 

@@ -17,14 +17,12 @@ if TYPE_CHECKING:
 
 def postgres_store(ctx: click.Context, check_schema: bool = True) -> PostgresStore:
     from ..store import open_postgres
-    from ..store.postgres import is_postgres_url
 
-    project = project_of(ctx)
-    url = project.settings.store
-    if not is_postgres_url(url):
+    project = project_of(ctx, lazy=True)
+    if not project.on_postgres:
         raise ConfigError(
             f"{project.root / 'runner.yaml'}: store: expected a postgresql:// URL for this command"
-            f" (the store is {url!r}, an SQLite folder)"
+            f" (the store is {project.store!r}, an SQLite folder)"
         )
     return open_postgres(project, check_schema=check_schema)
 

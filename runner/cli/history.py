@@ -43,7 +43,7 @@ def runs(ctx: click.Context, goal_name: str | None, limit: int, show_all: bool, 
     from ..store import RUN_FIELDS, open_store
     from ..verify import settle_interrupted
 
-    project = project_of(ctx)
+    project = project_of(ctx, lazy=True)
     store = open_store(project)
     settle_interrupted(store)
     rows = list(reversed(store.runs(goal_name, None if show_all else limit)))
@@ -127,7 +127,7 @@ def show(ctx: click.Context, run_id: str, full: bool, as_json: bool) -> None:
     from ..store import open_store
     from ..verify import settle_interrupted
 
-    store = open_store(project_of(ctx))
+    store = open_store(project_of(ctx, lazy=True))
     settle_interrupted(store)
     run = store.run(run_id)
     events = [normalized(e) for e in store.transcript_events(run["id"])]

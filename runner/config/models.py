@@ -22,49 +22,10 @@ from pydantic import (
 
 from ..vocabulary import OUTCOMES
 from .mcp import check_servers, check_tools, is_mcp_tool
+from .values import DEFAULT_STORE, DEFAULT_STORE_TIMEOUT, check_store, parse_duration
 
 BUILTIN_TOOLS = ("read_file", "write_file", "edit_file", "list_files", "search_files", "shell")
 ALWAYS_PROTECTED = ("goals", "verifiers", "schedules", "runner.yaml", ".runner", ".env")
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
-
-
-def parse_duration(value: Any) -> float:
-    """`30s`, `5m`, `2h`, `1d` or a number of seconds -> seconds."""
-    if isinstance(value, bool):
-        raise ValueError("expected a duration like 30s, 5m, 2h, 1d or a number of seconds")
-    if isinstance(value, (int, float)):
-        seconds = float(value) if abs(value) < 1e300 else float("inf")
-    else:
-        match = _DURATION.match(str(value))
-        if not match:
-            raise ValueError(f"expected a duration like 30s, 5m, 2h, 1d or a number of seconds, got {value!r}")
-        seconds = float(match.group(1)) * _UNITS[match.group(2)]
-    return _bounded(seconds, value)
-
-
-MAX_DURATION = 3650 * 86400.0
-"""Ten years: longer durations are typos (`99999999999d`) and overflow the schedulers' date arithmetic."""
-
-
-def _bounded(seconds: float, value: Any) -> float:
-    if seconds != seconds or seconds in (float("inf"), float("-inf")):
-        raise ValueError(f"expected a finite duration like 30s, 5m, 2h or 1d, got {value!r}")
-    if seconds < 0:
-        raise ValueError("expected a duration that is not negative")
-    if seconds > MAX_DURATION:
-        raise ValueError(f"expected a duration of at most 3650d (ten years), got {value!r}")
-    return seconds
-
-
-def format_duration(seconds: float) -> str:
-    """Seconds as a person writes them: 3600 -> `1h`, 90 -> `90s`, 5400 -> `90m`, 1.5 -> `1.5s`."""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds:g}s"
-
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 
@@ -421,7 +382,7 @@ class DaemonSettings(Strict):
     max_concurrent_runs: int = Field(default=4, ge=1)
     shutdown_grace: Duration = 30.0
     poll_interval: Duration = 0.5
-    store_timeout: Duration = Field(default=30.0, gt=0)
+    store_timeout: Duration = Field(default=DEFAULT_STORE_TIMEOUT, gt=0)
     """How long a write waits for a store another process holds locked; a fire that could not be
     recorded in that time is tried again at the next poll."""
     """How often the daemon reads commands (trigger, pause, resume) from the store."""
@@ -441,7 +402,7 @@ class Settings(Strict):
     mcp: McpServers = Field(default_factory=dict)
     """MCP servers every goal starts (a goal's own `mcp:` adds to them or replaces one by name)."""
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
-    store: str = ".runner"
+    store: str = DEFAULT_STORE
     """The state: a folder relative to the root (SQLite), or a postgresql:// URL."""
 
     @field_validator("model", mode="before")
@@ -452,14 +413,4 @@ class Settings(Strict):
     @field_validator("store")
     @classmethod
     def _store(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("expected a folder relative to the project root (default .runner) or a postgresql:// URL")
-        if value != value.strip():
-            raise ValueError("expected no space before or after the folder or URL")
-        scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]+):(//)?", value)  # two letters at least: C:\ is a folder
-        if scheme and (scheme.group(1).lower() not in ("postgresql", "postgres") or not scheme.group(2)):
-            raise ValueError(
-                "expected a postgresql:// URL (postgresql://user@host/database) or a folder,"
-                f" not {scheme.group(0)!r}..."
-            )
-        return value if scheme is None else scheme.group(1).lower() + value[len(scheme.group(1)) :]
+        return check_store(value)

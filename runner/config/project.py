@@ -9,28 +9,75 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from .models import Goal, Settings
+from .values import DEFAULT_STORE, DEFAULT_STORE_TIMEOUT, check_store, is_postgres_url, parse_duration
 from .yamlfile import Document, read_yaml
+
+if TYPE_CHECKING:
+    from .models import Goal, Settings
 
 PROJECT_MARKERS = ("runner.yaml", "goals", "schedules")
 
 
 class Project:
-    """A user's project: its root, its runner.yaml and where its files live."""
+    """A user's project: its root, its runner.yaml and where its files live.
 
-    def __init__(self, root: Path, settings: Settings) -> None:
+    `settings`, runner.yaml validated, is built when first used. `store` and `store_timeout` are read
+    without it when runner.yaml gives them plainly (`load_project(lazy=True)`): `runner runs` needs
+    no pydantic. Anything irregular is left to the model, which reports it with the file's line.
+    """
+
+    def __init__(self, root: Path, settings: Settings | None = None, doc: Document | None = None) -> None:
         self.root = root
-        self.settings = settings
+        self._settings = settings
+        self._doc = doc
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            from .models import Settings
+
+            self._settings = Settings() if self._doc is None else self._doc.validate(Settings)
+        return self._settings
+
+    @property
+    def store(self) -> str:
+        """runner.yaml `store:`: a folder relative to the root (SQLite) or a postgresql:// URL."""
+        if self._settings is None:
+            value = self._raw().get("store", DEFAULT_STORE)
+            if isinstance(value, str):
+                try:
+                    return check_store(value)
+                except ValueError:
+                    pass
+        return self.settings.store
+
+    @property
+    def store_timeout(self) -> float:
+        """runner.yaml `daemon.store_timeout`: how long a write waits for a store another process holds."""
+        if self._settings is None:
+            daemon = self._raw().get("daemon", {})
+            try:
+                timeout = parse_duration(daemon.get("store_timeout", DEFAULT_STORE_TIMEOUT))
+                if timeout > 0:
+                    return timeout
+            except (AttributeError, ValueError):
+                pass
+        return self.settings.daemon.store_timeout
+
+    @property
+    def on_postgres(self) -> bool:
+        return is_postgres_url(self.store)
 
     @property
     def state(self) -> Path:
         """The local state folder; with a postgresql:// store it holds only this machine's locks and ports."""
-        if self.settings.store.startswith(("postgresql://", "postgres://")):
-            return self.root / ".runner"
-        return self.root / self.settings.store
+        return self.root / (DEFAULT_STORE if self.on_postgres else self.store)
+
+    def _raw(self) -> dict[str, Any]:
+        return self._doc.data if self._doc is not None and isinstance(self._doc.data, dict) else {}
 
     def goal_files(self) -> list[Path]:
         folder = self.root / "goals"
@@ -77,18 +124,22 @@ def load_dotenv(root: Path) -> None:
         _DOTENV_NAMES.add(key)
 
 
-def load_project(root: Path | None = None) -> Project:
+def load_project(root: Path | None = None, lazy: bool = False) -> Project:
+    """The project at or above `root`, with .env loaded; runner.yaml validated now unless `lazy`."""
     root = find_root(root)
     load_dotenv(root)
     path = root / "runner.yaml"
     if not path.is_file():
-        return Project(root, Settings())
+        return Project(root)
     doc = read_yaml(path, root)
     if doc.data is None:
-        return Project(root, Settings())
+        return Project(root)
     if not isinstance(doc.data, dict):
         raise ConfigError(doc.problem((), "expected a mapping of settings"))
-    return Project(root, doc.validate(Settings))
+    project = Project(root, doc=doc)
+    if not lazy:
+        project.settings  # noqa: B018 - validates runner.yaml now, before the command does anything
+    return project
 
 
 def goal_path(project: Project, name_or_file: str) -> Path:
@@ -171,6 +222,8 @@ def build_goal(
         problems.append(doc.problem(("model",), NO_MODEL))
     if isinstance(merged.get("prompt"), str) and not merged["prompt"].strip():
         problems.append(doc.problem(("prompt",), "the prompt is empty: say what the agent should do"))
+    from .models import Goal
+
     try:
         goal = doc.validate(Goal, merged)
     except ConfigError as exc:

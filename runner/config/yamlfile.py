@@ -7,12 +7,14 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import yaml
-from pydantic import BaseModel, ValidationError
 
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 Loc = tuple[Any, ...]
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -42,6 +44,8 @@ class Document:
 
         `prefix` is where `data` sits in the file, for an item of a list.
         """
+        from pydantic import ValidationError  # here, not at the top: reading a file needs no pydantic
+
         try:
             return model.model_validate(self.data if data is None else data)
         except ValidationError as exc:
@@ -104,6 +108,8 @@ def _fields_at(model: Any, loc: Loc) -> list[str]:
 
 def _model_in(annotation: Any) -> Any:
     """The pydantic model an annotation holds: `X`, `X | None`, `list[X]`, `dict[str, X]`, `Annotated[...]`."""
+    from pydantic import BaseModel
+
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     for arg in get_args(annotation):

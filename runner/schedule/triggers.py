@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..config import Entry
-from ..config.models import format_duration
+from ..config.values import format_duration
 
 
 def time_trigger(entry: Entry) -> Any:

@@ -26,9 +26,9 @@ __all__ = [
 
 def open_store(project: Project) -> Store:
     """The project's store: `store:` in runner.yaml, default `.runner/runs.db`."""
-    if project.settings.store.startswith(("postgresql://", "postgres://")):
+    if project.on_postgres:
         return open_postgres(project)
-    return SqliteStore(project.state, timeout=project.settings.daemon.store_timeout)
+    return SqliteStore(project.state, timeout=project.store_timeout)
 
 
 def open_postgres(project: Project, check_schema: bool = True) -> PostgresStore:
@@ -36,6 +36,6 @@ def open_postgres(project: Project, check_schema: bool = True) -> PostgresStore:
     from .postgres import PostgresStore
 
     try:
-        return PostgresStore(project.settings.store, check_schema=check_schema)
+        return PostgresStore(project.store, check_schema=check_schema)
     except StoreError as exc:
         raise StoreError(f"{project.root / 'runner.yaml'}: store: {exc}") from None

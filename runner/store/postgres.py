@@ -111,10 +111,6 @@ def process_name(role: str) -> str:
 PROCESS_PREFIX = "runner "
 
 
-def is_postgres_url(text: str) -> bool:
-    return text.startswith(("postgresql://", "postgres://"))
-
-
 def session(url: str) -> dict[str, Any]:
     """Connection options: commits do not wait for the WAL to reach the disk (like SQLite's synchronous=NORMAL,
     a crash of the database server can lose its last fraction of a second; a crash of runner loses nothing)."""
