@@ -99,6 +99,33 @@ def test_history_stays_readable_while_runner_yaml_has_a_mistake_elsewhere(proj, 
     assert run_id in proj.cli("runs").output
 
 
+def test_a_mistake_in_runner_yaml_is_named_there_not_in_the_goal_that_inherits_it(proj, server):
+    """A default in runner.yaml is merged into every goal before validation; a mistake in it names runner.yaml
+    and its line (it named each goal file at the line of a field the goal did not even hold), while the same
+    mistake written in the goal itself still names the goal."""
+    proj.goal("g", prompt="hi", limits={"timeout": "1m"})
+    settings = (proj.root / "runner.yaml").read_text()
+    extra = "limits:\n  max_stepz: 3\nsandbox: {network: maybe}\nnotify: [{url: 5}]\n"
+    proj.write("runner.yaml", settings + extra)
+    line = len(settings.splitlines()) + 1
+    expected = [
+        f"runner.yaml:{line + 1}: limits.max_stepz: unknown field; did you mean `max_steps`?",
+        f"runner.yaml:{line + 2}: sandbox.network: Input should be a valid boolean",
+        f"runner.yaml:{line + 3}: notify[0].url: Input should be a valid string",
+    ]
+    for command in ("validate", "goal g"):
+        result = proj.cli(*command.split())
+        assert result.exit_code == 2 and all(e in result.stderr for e in expected), result.stderr
+        assert "goals/g.yaml" not in result.stderr
+    proj.write("runner.yaml", settings + "model:\n  api_key_envv: X\n")
+    result = proj.cli("goal", "g")
+    assert f"runner.yaml:{line + 1}: model.api_key_envv: unknown field; did you mean `api_key_env`?" in result.stderr
+    proj.write("runner.yaml", settings + "limits:\n  timeout: 1m\n")
+    proj.goal("g", prompt="hi", limits={"max_stepz": 3})
+    result = proj.cli("goal", "g")
+    assert result.exit_code == 2 and "goals/g.yaml:" in result.stderr and "runner.yaml" not in result.stderr
+
+
 def test_validate_reports_every_problem_at_once(proj):
     proj.write("goals/a.yaml", "name: a\n")
     proj.write("goals/b.yaml", "prompt: hi\nlimits: {max_steps: x}\n")

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from .values import DEFAULT_STORE, DEFAULT_STORE_TIMEOUT, check_store, is_postgres_url, parse_duration
-from .yamlfile import Document, read_yaml
+from .yamlfile import Document, Loc, read_yaml
 
 if TYPE_CHECKING:
     from .models import Goal, Settings
@@ -75,6 +76,11 @@ class Project:
     def state(self) -> Path:
         """The local state folder; with a postgresql:// store it holds only this machine's locks and ports."""
         return self.root / (DEFAULT_STORE if self.on_postgres else self.store)
+
+    @property
+    def document(self) -> Document | None:
+        """runner.yaml as read, with its lines (None when there is none, or it is empty)."""
+        return self._doc
 
     def _raw(self) -> dict[str, Any]:
         return self._doc.data if self._doc is not None and isinstance(self._doc.data, dict) else {}
@@ -225,7 +231,7 @@ def build_goal(
     from .models import Goal
 
     try:
-        goal = doc.validate(Goal, merged)
+        goal = doc.validate(Goal, merged, elsewhere=_inherited_from(project, data, overrides or {}))
     except ConfigError as exc:
         raise ConfigError("invalid goal", problems + exc.problems) from None
     if not _is_folder(goal.workpath):
@@ -234,6 +240,40 @@ def build_goal(
     if problems:
         raise ConfigError("invalid goal", problems)
     return goal
+
+
+INHERITED = ("model", "limits", "verify", "mcp", "sandbox", "notify")
+"""A goal's sections that runner.yaml gives defaults for."""
+
+
+def _inherited_from(
+    project: Project, own: dict[str, Any], overrides: dict[str, Any]
+) -> Callable[[Loc], Document | None]:
+    """For a problem in a merged goal: runner.yaml, when the faulty value came from there (neither the goal
+    file nor the command line gave it), so the message names the file and line to fix."""
+    settings = project.document
+
+    def elsewhere(loc: Loc) -> Document | None:
+        if settings is None or not loc or loc[0] not in INHERITED:
+            return None
+        given = loc[:2]
+        if _holds(own, given) or _holds(overrides, given) or not _holds(settings.data, given):
+            return None
+        return settings
+
+    return elsewhere
+
+
+def _holds(data: Any, loc: Loc) -> bool:
+    """Whether `data` gives a value at `loc` (`model: NAME` gives `model.name`)."""
+    for part in loc:
+        if isinstance(data, str) and part == "name":
+            return True
+        in_list = isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data)
+        if not (in_list or (isinstance(data, dict) and part in data)):
+            return False
+        data = data[part]
+    return True
 
 
 INTERPRETERS = {"python", "python3", "sh", "bash", "node", "ruby", "perl", "zsh", "pytest", "deno", "bun", "php"}

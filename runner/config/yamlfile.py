@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
@@ -39,17 +40,28 @@ class Document:
     def problem(self, loc: Loc, message: str) -> str:
         return f"{self.shown}:{self.line(loc)}: {dotted(loc) or '(file)'}: {message}"
 
-    def validate(self, model: type[BaseModel], data: Any = None, prefix: Loc = ()) -> Any:
+    def validate(
+        self,
+        model: type[BaseModel],
+        data: Any = None,
+        prefix: Loc = (),
+        elsewhere: Callable[[Loc], Document | None] | None = None,
+    ) -> Any:
         """Validate into `model`; every error becomes one `file:line: field: message` line.
 
-        `prefix` is where `data` sits in the file, for an item of a list.
+        `prefix` is where `data` sits in the file, for an item of a list; `elsewhere` names the file a
+        value came from when it is not this one (a goal's field inherited from runner.yaml).
         """
         from pydantic import ValidationError  # here, not at the top: reading a file needs no pydantic
 
         try:
             return model.model_validate(self.data if data is None else data)
         except ValidationError as exc:
-            problems = [self.problem((*prefix, *e["loc"]), explain(e, model)) for e in exc.errors()]
+            problems = []
+            for error in exc.errors():
+                loc = (*prefix, *error["loc"])
+                source = (elsewhere(loc) if elsewhere else None) or self
+                problems.append(source.problem(loc, explain(error, model)))
             raise ConfigError("invalid", problems) from None
 
 
