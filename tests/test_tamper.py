@@ -478,6 +478,61 @@ def test_a_folder_symlink_planted_in_a_protected_folder_is_found_and_removed(pro
     assert files_in(victim) == before
 
 
+HELPER_VERIFIER = """\
+import sys
+sys.path.insert(0, 'verifiers/lib')
+from helper import expected
+sys.path.insert(0, 'src')
+from calc import add
+assert add(2, 2) == expected(), 'add(2, 2) is wrong'
+print('ok')
+"""
+
+
+def helper_project(proj, **goal):
+    """A verifier that imports its helper from `verifiers/lib`, the user's link to `vlib` (shared code)."""
+    calc_project(proj, check="python3 verifiers/check.py", **goal)
+    proj.write("verifiers/check.py", HELPER_VERIFIER)
+    proj.write("vlib/helper.py", "def expected():\n    return 4\n")
+    (proj.root / "verifiers/lib").symlink_to("../vlib")
+
+
+@pytest.mark.parametrize("jail", [{"sandbox": "off"}, {}], ids=["sandbox off", "in the jail"])
+def test_a_change_through_the_users_folder_link_inside_a_protected_folder_is_tampering(proj, server, jail):
+    """`verifiers/lib -> ../vlib`: what the checks import through it is protected like the verifier; the agent
+    editing `vlib/helper.py` (no protected path by name) went unseen and the check went green."""
+    helper_project(proj, **jail)
+    forged = "def expected():\n    return 0\n"
+    server.add({"tool_calls": [call("shell", command=f"printf '{forged}' > vlib/helper.py")]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert (out["outcome"], out["exit_code"]) == ("tampered", 1), out
+    assert "verifiers/lib/helper.py" in out["error"]
+    assert (proj.root / "verifiers/lib").is_symlink()
+    assert (proj.root / "vlib/helper.py").read_text() == "def expected():\n    return 4\n"
+    assert kept(proj, out["run_id"], "verifiers/lib/helper.py").read_text() == forged
+
+
+def test_the_users_folder_link_switched_by_the_agent_is_put_back(proj, server):
+    """With the sandbox off (in the jail the protected folder is read-only: the switch fails)."""
+    helper_project(proj, sandbox="off")
+    proj.write("elsewhere/helper.py", "def expected():\n    return 0\n")
+    before = files_in(proj.root / "elsewhere")
+    server.add({"tool_calls": [call("shell", command="ln -sfn ../elsewhere verifiers/lib")]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert (out["outcome"], out["exit_code"]) == ("tampered", 1), out
+    assert os.readlink(proj.root / "verifiers/lib") == "../vlib"
+    assert files_in(proj.root / "elsewhere") == before
+
+
+def test_a_users_link_that_loops_is_walked_once_and_honest_work_is_achieved(proj, server):
+    helper_project(proj)
+    (proj.root / "verifiers/self").symlink_to(".")
+    (proj.root / "vlib/up").symlink_to("../verifiers")
+    server.add({"tool_calls": [call("write_file", path="src/calc.py", content=FIXED)]}, done())
+    out = proj.cli_json("goal", "calc")
+    assert (out["outcome"], out["exit_code"]) == ("achieved", 0), out
+
+
 def test_a_name_with_a_newline_is_shown_escaped(proj, server):
     calc_project(proj, sandbox="off")
     plant = "python3 -c \"open('verifiers/a\\nb.py', 'w').write('x = 1')\""

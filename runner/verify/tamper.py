@@ -29,6 +29,8 @@ MAX_COPIES = 256 * 1024 * 1024
 
 Stamp = tuple[int, int, int, int, int]
 """(inode, size, mtime_ns, ctime_ns, mode): any write changes ctime, which no unprivileged tool can set back."""
+Key = tuple[int, int]
+"""A folder as the system knows it: (device, inode)."""
 
 _contents: dict[str, tuple[Stamp, bytes]] = {}
 """Content of protected files by path, reused while their stamp holds (many runs share one project)."""
@@ -481,6 +483,7 @@ def _stamps(root: Path, patterns: list[str], links: dict[str, Link], *, record: 
     is stamped itself. With `record` (the snapshot), each link met is the user's, and goes into `links`."""
     stamps: dict[str, Stamp] = {}
     base = f"{root}{os.sep}"
+    state = _folder_key(base + STATE)
     for pattern in patterns:
         blocked = _blocked(base, literal_prefix(pattern), links)
         if blocked is not None:
@@ -497,7 +500,7 @@ def _stamps(root: Path, patterns: list[str], links: dict[str, Link], *, record: 
         except (OSError, ValueError):
             continue
         if is_dir:
-            _walk(top, rel + "/", stamps, links, record)
+            _walk(top, rel + "/", stamps, links, record, state)
         else:
             _add(top, rel, stamps, links, record)
     return stamps
@@ -520,13 +523,21 @@ def _blocked(base: str, rel: str, links: dict[str, Link]) -> str | None:
     return None
 
 
-def _walk(top: str, top_prefix: str, stamps: dict[str, Stamp], links: dict[str, Link], record: bool) -> None:
-    """Every file below `top`, folder by folder from a stack (a tree of any depth: no recursion)."""
+def _walk(
+    top: str, top_prefix: str, stamps: dict[str, Stamp], links: dict[str, Link], record: bool, state: Key | None
+) -> None:
+    """Every file below `top`, folder by folder from a stack (a tree of any depth: no recursion). A folder the
+    user links to from inside (`verifiers/lib -> ../vlib`) is walked as part of it (a check reads what is
+    there), each real folder once (a link to `.` or `..` loops no further) and never the state folder."""
     folders = [(top, top_prefix)]
+    walked = {state}
     while folders:
         folder, prefix = folders.pop()
-        if not in_state(prefix.rstrip("/")):
-            _walk_one(folder, prefix, stamps, links, record, folders)
+        key = _folder_key(folder)
+        if (key is not None and key in walked) or in_state(prefix.rstrip("/")):
+            continue
+        walked.add(key)
+        _walk_one(folder, prefix, stamps, links, record, folders)
 
 
 def _walk_one(
@@ -549,7 +560,8 @@ def _walk_one(
         if entry.is_dir(follow_symlinks=False):  # the scan's own type: no system call
             folders.append((entry.path, f"{prefix}{name}/"))
         elif entry.is_symlink():
-            _stamp(entry.path, prefix + name, stamps, links, record)
+            if _stamp(entry.path, prefix + name, stamps, links, record):
+                folders.append((entry.path, f"{prefix}{name}/"))
         else:
             try:  # _stamp, inlined: a walk of a big folder does little else
                 stamps[prefix + name] = _of(os.lstat(entry.path))
@@ -557,18 +569,28 @@ def _walk_one(
                 pass
 
 
+def _folder_key(path: str) -> Key | None:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 def _add(path: str, rel: str, stamps: dict[str, Stamp], links: dict[str, Link], record: bool) -> None:
     if not (in_state(rel) or CACHES.intersection(rel.split("/"))):
         _stamp(path, rel, stamps, links, record)
 
 
-def _stamp(path: str, rel: str, stamps: dict[str, Stamp], links: dict[str, Link], record: bool) -> None:
+def _stamp(path: str, rel: str, stamps: dict[str, Stamp], links: dict[str, Link], record: bool) -> bool:
     """One stat of the file; for a link, of what it points to when it is the user's (unchanged) and no folder,
-    else of the link itself: one planted, dangling or leading to a folder (which is not walked)."""
+    else of the link itself: one planted, dangling or leading to a folder. True for the user's unchanged link
+    to a folder, which the walk goes through."""
     try:
         st = os.lstat(path)
     except (OSError, ValueError):
-        return
+        return False
+    through = False
     if stat.S_ISLNK(st.st_mode):
         link = _link(path)
         if record and link is not None:
@@ -578,9 +600,11 @@ def _stamp(path: str, rel: str, stamps: dict[str, Stamp], links: dict[str, Link]
                 target = os.stat(path)
             except OSError:
                 target = st
-            st = st if stat.S_ISDIR(target.st_mode) else target
+            through = stat.S_ISDIR(target.st_mode)
+            st = st if through else target
     if not stat.S_ISDIR(st.st_mode):
         stamps[rel] = _of(st)
+    return through
 
 
 def _of(st: os.stat_result) -> Stamp:
