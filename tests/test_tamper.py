@@ -264,6 +264,22 @@ def test_a_tree_deeper_than_pythons_stack_is_still_checked_and_put_back(proj, se
         subprocess.run(["rm", "-rf", str(proj.root / "verifiers/d")], check=True)  # pytest's cleanup would recurse
 
 
+def test_a_tree_past_the_systems_path_limit_is_named_as_not_put_back(proj, server):
+    """Folders nested past PATH_MAX (40 names of 200 letters) cannot be walked by path: the run ends `tampered`
+    naming that folder as not put back (it said the originals were put back while the tree stayed)."""
+    calc_project(proj, sandbox="off")
+    deep = "python3 -c \"import os\nfor _ in range(40): os.mkdir('n' * 200); os.chdir('n' * 200)\nopen('x.py', 'w')\""
+    server.add({"tool_calls": [call("shell", command=f"cd verifiers && {deep}")]}, done())
+    try:
+        out = proj.cli_json("goal", "calc")
+        assert (out["exit_code"], out["outcome"]) == (1, "tampered")
+        assert "could not put back: verifiers/nnn" in out["error"]
+        assert "(still differs after the restore)" in out["error"]
+        assert "their original content was put back" not in out["error"] and len(out["error"]) < 2000
+    finally:
+        subprocess.run(["rm", "-rf", str(proj.root / "verifiers" / ("n" * 200))], check=True)
+
+
 def test_a_created_protected_file_is_kept_then_removed(proj, server):
     calc_project(proj, sandbox="off")
     server.add({"tool_calls": [call("shell", command="echo 'import os' > verifiers/extra.py")]}, done())

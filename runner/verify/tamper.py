@@ -159,7 +159,9 @@ class Snapshot:
             done = set(paths)
             again = [p for p in self.changes() if p not in done and any(p.startswith(f"{r}/") for r in relinked)]
             failed += self._restore(again, [])
-        return failed
+        named = {f.split(" (", 1)[0] for f in failed}
+        left = [p for p in self.changes() if shown(p) not in named]  # what the restore could not see to undo
+        return failed + [f"{shown(p)} (still differs after the restore)" for p in left]
 
     def _restore(self, paths: list[str], relinked: list[str]) -> list[str]:
         failed: list[str] = []
@@ -241,8 +243,10 @@ def _folder_name(run_id: str) -> str:
 
 def shown(rel: str) -> str:
     """`rel` as the run's error shows it: as it is, or quoted and escaped like a Python string (`'a\\nb'`) when
-    it holds a control character or could be taken for a quoted name, so a message keeps one line per path."""
-    return rel if rel.isprintable() and not rel.startswith(("'", '"')) else repr(rel)
+    it holds a control character or could be taken for a quoted name, so a message keeps one line per path;
+    a very long one is cut in the middle."""
+    text = rel if rel.isprintable() and not rel.startswith(("'", '"')) else repr(rel)
+    return text if len(text) <= 240 else f"{text[:100]}...{text[-100:]}"  # a path past the system's limit
 
 
 def _read_now(root: Path, rel: str, links: dict[str, Link]) -> bytes | None:
