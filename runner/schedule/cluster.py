@@ -188,6 +188,8 @@ class Cluster(Daemon):
             self.record("interrupted", detail=f"run {run_id} was left running on {HOST} by a process that is gone")
             unattended.tell_interrupted(self, run_id)
         warm_up()  # once here, not inside the first run while others wait
+        assert isinstance(self.store, PostgresStore)
+        self.store.start_writer()
 
         async with self.app.open_async(), self.queue.open_async():
             await self.check_queue()

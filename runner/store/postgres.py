@@ -373,11 +373,17 @@ class PostgresStore(Store):
 
     def write(self, sql: str, args: tuple[Any, ...] = ()) -> None:
         """A statement that returns nothing: queued for the writer thread (started on the first write)."""
+        self.start_writer()
+        assert self.writer is not None
+        self.writer.queue.put((sql, tuple(_text(a) for a in args)))
+
+    def start_writer(self) -> None:
+        """Connect the writer thread now: a daemon does it before its first run, so that the first trigger of a
+        burst does not hold the event loop while it connects."""
         if self.writer is None:
             self.writer = Writer(self._connect, self.where)
             self.writer.start()
             atexit.register(self.flush)
-        self.writer.queue.put((sql, tuple(_text(a) for a in args)))
 
     def flush(self) -> None:
         if self.writer is not None:
