@@ -23,7 +23,8 @@ from daemon_helpers import monitor, schedule
 from support import call
 
 from runner.schedule.cluster import ALREADY_QUEUED, INTERRUPTED_WITHIN, SPREAD, phase
-from runner.store.postgres import HOST, PostgresStore
+from runner.store.pgconnect import HOST
+from runner.store.postgres import PostgresStore
 
 pytestmark = pytest.mark.timeout(600)  # several daemon processes each start in a few seconds, in minutes under load
 
@@ -120,7 +121,7 @@ def test_the_cluster_connections_wake_only_for_the_server_and_still_answer_at_on
 
     import psycopg
 
-    from runner.store.postgres import WAKE, quiet_connection
+    from runner.store.pgconnect import WAKE, quiet_connection
 
     def notify() -> None:
         with psycopg.connect(url, autocommit=True) as other:
@@ -170,9 +171,9 @@ def test_the_queue_sends_one_statement_per_query_and_replaces_a_connection_the_s
     import psycopg
     from psycopg_pool import AsyncConnectionPool
 
-    from runner.schedule import cluster
+    from runner.schedule import jobs
 
-    monkeypatch.setattr(cluster, "RECHECK_AFTER", 0.5)
+    monkeypatch.setattr(jobs, "RECHECK_AFTER", 0.5)
     checks = 0
     check = AsyncConnectionPool.check_connection
 
@@ -184,7 +185,7 @@ def test_the_queue_sends_one_statement_per_query_and_replaces_a_connection_the_s
     monkeypatch.setattr(AsyncConnectionPool, "check_connection", staticmethod(counted))
 
     async def scenario() -> tuple[list[Any], int, int, int]:
-        app = cluster.make_app(url)
+        app = jobs.make_app(url)
         async with app.open_async():
             connector = app.connector
             pids = [(await connector.execute_query_one_async("SELECT pg_backend_pid() AS pid"))["pid"]]

@@ -10,246 +10,22 @@ whose schema is behind.
 from __future__ import annotations
 
 import atexit
-import functools
-import itertools
 import json
 import os
-import queue
-import re
-import select
 import signal
-import socket
 import threading
-from collections.abc import Callable
 from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
-from urllib.parse import unquote
 
 from ..errors import StoreError, UnknownRun
 from .base import Store, new_run_id, now, pid_alive, process_start
+from .pgconnect import HOST, PROCESS_PREFIX, first_line, psycopg_module, reconnected, redact, session
+from .pgschema import MIGRATE_LOCK, MIGRATIONS, SCHEMA_VERSION
+from .pgwriter import TRANSCRIPT_INSERT, Writer
 
-INSTALL_HINT = "pip install 'runner[postgres]'"
-HOST = socket.gethostname()
 JOB: ContextVar[int | None] = ContextVar("runner_job", default=None)
 """The Procrastinate job a run belongs to, set by the worker around `run_goal` (a run row keeps it)."""
-
-MIGRATIONS: list[str] = [
-    # 1: the first schema
-    """
-    CREATE TABLE runner_runs (
-        id TEXT PRIMARY KEY, goal TEXT NOT NULL, trigger TEXT NOT NULL, entry TEXT,
-        outcome TEXT NOT NULL DEFAULT 'running', stop_reason TEXT,
-        attempts INTEGER NOT NULL DEFAULT 0, steps INTEGER NOT NULL DEFAULT 0, tokens INTEGER NOT NULL DEFAULT 0,
-        started TEXT NOT NULL, ended TEXT, pid INTEGER, host TEXT, job_id BIGINT,
-        final_message TEXT, error TEXT, pending TEXT, cost DOUBLE PRECISION, continues TEXT
-    );
-    CREATE INDEX runner_runs_started ON runner_runs (started, id);
-    CREATE INDEX runner_runs_goal ON runner_runs (goal, started, id);
-    CREATE INDEX runner_runs_outcome ON runner_runs (outcome, started, id);
-    CREATE INDEX runner_runs_prefix ON runner_runs (id text_pattern_ops);
-    CREATE INDEX runner_runs_running ON runner_runs (host) WHERE outcome = 'running';
-    CREATE INDEX runner_runs_job ON runner_runs (job_id) WHERE job_id IS NOT NULL;
-    CREATE TABLE runner_attempts (
-        run_id TEXT NOT NULL, number INTEGER NOT NULL, stop_reason TEXT, steps INTEGER, tokens INTEGER,
-        started TEXT, ended TEXT, cost DOUBLE PRECISION, PRIMARY KEY (run_id, number)
-    );
-    CREATE TABLE runner_checks (
-        run_id TEXT NOT NULL, attempt INTEGER NOT NULL, position INTEGER NOT NULL, name TEXT, kind TEXT,
-        passed INTEGER, exit_code INTEGER, duration_s DOUBLE PRECISION, output TEXT, reason TEXT,
-        PRIMARY KEY (run_id, attempt, position)
-    );
-    CREATE TABLE runner_processes (
-        host TEXT NOT NULL, pid INTEGER NOT NULL, run_id TEXT NOT NULL, started BIGINT,
-        PRIMARY KEY (host, pid, run_id)
-    );
-    CREATE TABLE runner_approvals (run_id TEXT PRIMARY KEY, decision TEXT, reason TEXT, decided TEXT);
-    CREATE TABLE runner_commands (
-        id BIGSERIAL PRIMARY KEY, kind TEXT NOT NULL, target TEXT NOT NULL, created TEXT NOT NULL, taken TEXT,
-        payload TEXT
-    );
-    CREATE INDEX runner_commands_open ON runner_commands (id) WHERE taken IS NULL;
-    CREATE TABLE runner_entries (
-        id TEXT PRIMARY KEY, last_fire TIMESTAMPTZ, paused INTEGER NOT NULL DEFAULT 0,
-        failures INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE TABLE runner_events (
-        id BIGSERIAL PRIMARY KEY, at TEXT NOT NULL, entry TEXT, goal TEXT, kind TEXT NOT NULL, detail TEXT
-    );
-    CREATE INDEX runner_events_kind ON runner_events (kind, id);
-    CREATE TABLE runner_transcripts (
-        id BIGSERIAL PRIMARY KEY, run_id TEXT NOT NULL, event TEXT NOT NULL
-    );
-    CREATE INDEX runner_transcripts_run ON runner_transcripts (run_id, id);
-    """,
-    # 2: a job that ends while a follow-up waits on its lock wakes the workers at once (Procrastinate only
-    # notifies them of new jobs; without this the follow-up waits for their next poll)
-    """
-    CREATE FUNCTION runner_wake_follow_up() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        IF OLD.lock IS NOT NULL AND OLD.status = 'doing' AND (TG_OP = 'DELETE' OR NEW.status <> 'doing') THEN
-            PERFORM pg_notify('procrastinate_any_queue_v1',
-                              json_build_object('type', 'job_inserted', 'job_id', id)::text)
-            FROM procrastinate_jobs WHERE lock = OLD.lock AND status = 'todo' LIMIT 1;
-        END IF;
-        RETURN NULL;
-    END $$;
-    CREATE TRIGGER runner_wake_follow_up AFTER UPDATE OF status OR DELETE ON procrastinate_jobs
-        FOR EACH ROW EXECUTE FUNCTION runner_wake_follow_up();
-    """,
-]
-SCHEMA_VERSION = len(MIGRATIONS)
-MIGRATE_LOCK = 7_146_001  # a pg_advisory_xact_lock key: one `runner db migrate` at a time
-
-
-def process_name(role: str) -> str:
-    """The `application_name` of a daemon's or worker's connections: who is connected reads from the server's
-    own session list (`live_processes`), with no heartbeat to write and nothing to clean up after a crash."""
-    return f"{PROCESS_PREFIX}{role} {HOST}:{os.getpid()}"[:63]  # the server keeps 63 bytes
-
-
-PROCESS_PREFIX = "runner "
-
-
-def session(url: str) -> dict[str, Any]:
-    """Connection options: commits do not wait for the WAL to reach the disk (like SQLite's synchronous=NORMAL,
-    a crash of the database server can lose its last fraction of a second; a crash of runner loses nothing)."""
-    from psycopg.conninfo import conninfo_to_dict
-
-    given = str(conninfo_to_dict(url).get("options") or "")
-    return {"options": f"{given} -c synchronous_commit=off".strip()}
-
-
-WAKE = 5.0
-"""Seconds an async connection waits for the server before looking again (psycopg's default is 0.1 s)."""
-
-
-@functools.cache
-def quiet_connection() -> type:
-    """psycopg's async connection, except that its waits (above all the LISTEN that every cluster process keeps
-    open) do not wake every 0.1 s to look for a Ctrl-C: under asyncio a signal or a cancellation reaches the
-    waiting task without that, and an idle cluster process spent a third of its CPU on those wake-ups. A
-    reply, a notification or a timeout still ends the wait at once."""
-    psycopg = psycopg_module()
-
-    class QuietConnection(psycopg.AsyncConnection):  # type: ignore[misc, name-defined]
-        async def wait(self, gen: Any, interval: float = WAKE, **kwargs: Any) -> Any:
-            return await super().wait(gen, interval, **kwargs)
-
-    return QuietConnection
-
-
-def dropped(connection: Any) -> bool:
-    """Whether the server let an idle connection go (a restart, pg_terminate_backend): its socket holds the
-    goodbye or the end while nothing was asked. One look at the socket, no round trip."""
-    if connection.closed:
-        return True
-    try:
-        readable, _, _ = select.select([connection.pgconn.socket], [], [], 0)
-    except (OSError, ValueError, psycopg_module().Error):
-        return True
-    return bool(readable)
-
-
-def reconnected(connection: Any, connect: Callable[[], Any]) -> Any:
-    """`connection`, or a new one from `connect` when the server let it go (see `dropped`)."""
-    if not dropped(connection):
-        return connection
-    connection.close()
-    return connect()
-
-
-def redact(url: str) -> str:
-    """The URL without its passwords (in the user part, or a parameter whose name, decoded, ends in `password`:
-    `password`, `sslpassword`, `%70assword`), for messages."""
-    start, netloc, rest = re.match(r"([^:]*://)?([^/?#]*)(.*)", url, re.DOTALL).groups()  # type: ignore[union-attr]
-    userinfo, at, host = netloc.rpartition("@")  # a password may hold an @ of its own
-    if at and ":" in userinfo:
-        netloc = f"{userinfo.partition(':')[0]}:***@{host}"
-    url = f"{start or ''}{netloc}{rest}"
-
-    def masked(match: re.Match[str]) -> str:
-        secret = unquote(match.group(2)).lower().endswith("password")
-        return f"{match.group(1)}{match.group(2)}={'***' if secret else match.group(3)}"
-
-    return re.sub(r"([?&])([^=&#]*)=([^&#]*)", masked, url)
-
-
-def psycopg_module() -> Any:
-    try:
-        import psycopg
-    except ImportError:
-        raise StoreError(f"a postgresql:// store needs psycopg: {INSTALL_HINT}") from None
-    return psycopg
-
-
-class Writer(threading.Thread):
-    """Writes that return nothing, in order, on a connection of their own, many per round trip (a pipeline):
-    the event loop that records a step never waits for the database. Every read of the store waits for the
-    writes before it (`flush`), so a process always reads what it wrote.
-
-    A busy daemon records thousands of rows a second, a few at a time: the writer lets a burst gather for
-    LINGER seconds (unless a reader waits), then sends the burst's transcript rows first (append-only, read
-    by run id) as one COPY, and the rest in the order they came in one pipeline, one `executemany` per run
-    of identical statements.
-    """
-
-    LINGER = 0.005
-    MAX_BATCH = 1000
-
-    def __init__(self, connect: Callable[[], Any], where: str) -> None:
-        super().__init__(name="runner-store-writer", daemon=True)
-        self.connect, self.where = connect, where
-        self.db = connect()
-        self.queue: queue.Queue[tuple[str, tuple[Any, ...]] | None] = queue.Queue()
-        self.failure: str | None = None
-        self.waited = threading.Event()
-        """Set while a reader waits in `flush`: the writer sends what it has without lingering."""
-
-    def run(self) -> None:
-        stop = False
-        while not stop:
-            batch = [self.queue.get()]
-            if batch[0] is not None:
-                self.waited.wait(self.LINGER)
-            while len(batch) < self.MAX_BATCH:
-                try:
-                    batch.append(self.queue.get_nowait())
-                except queue.Empty:
-                    break
-            stop = None in batch
-            self._write([item for item in batch if item is not None])
-            for _ in batch:
-                self.queue.task_done()
-
-    def _write(self, batch: list[tuple[str, tuple[Any, ...]]]) -> None:
-        psycopg = psycopg_module()
-        transcript = [args for sql, args in batch if sql == TRANSCRIPT_INSERT]
-        rest = [(sql, args) for sql, args in batch if sql != TRANSCRIPT_INSERT]
-        try:
-            self.db = reconnected(self.db, self.connect)  # after a restart of the server
-            with self.db.cursor() as cursor:
-                if transcript:
-                    with cursor.copy(TRANSCRIPT_COPY) as copy:
-                        for row in transcript:
-                            copy.write_row(row)
-                if rest:
-                    with self.db.pipeline():
-                        for sql, group in itertools.groupby(rest, key=lambda item: item[0]):
-                            cursor.executemany(sql, [args for _, args in group])
-        except (psycopg.Error, StoreError) as exc:
-            self.failure = f"run store {self.where}: {_first_line(exc)}"
-
-    def flush(self) -> None:
-        self.waited.set()
-        try:
-            self.queue.join()
-        finally:
-            self.waited.clear()
-        if self.failure is not None:
-            failure, self.failure = self.failure, None
-            raise StoreError(failure)
-
 
 CLAIM_FIRE = (
     "INSERT INTO runner_entries (id, last_fire) VALUES (%(entry)s, %(fire)s) ON CONFLICT (id) DO UPDATE"
@@ -261,11 +37,6 @@ ENTRY_PAUSED = "SELECT paused FROM runner_entries WHERE id = %(entry)s"
 
 COMMANDS_CHANNEL = "runner_commands"
 """The channel on which a command sent tells the daemons to read their commands now, not at their next poll."""
-
-TRANSCRIPT_INSERT = "INSERT INTO runner_transcripts (run_id, event) VALUES (%s, %s)"
-"""A transcript row as queued for the writer, which sends a batch of them with TRANSCRIPT_COPY instead."""
-TRANSCRIPT_COPY = "COPY runner_transcripts (run_id, event) FROM STDIN"
-"""How the writer sends a batch's transcript rows: a quarter of the client CPU of the same rows as INSERTs."""
 
 
 class PgTranscript:
@@ -350,7 +121,7 @@ class PostgresStore(Store):
         try:
             return psycopg.connect(self.url, autocommit=True, connect_timeout=10, **options, **session(self.url))
         except psycopg.Error as exc:
-            raise StoreError(f"cannot reach the PostgreSQL store {self.where}: {_first_line(exc)}") from None
+            raise StoreError(f"cannot reach the PostgreSQL store {self.where}: {first_line(exc)}") from None
 
     def exec(self, sql: str, args: tuple[Any, ...] | dict[str, Any] = (), *, after_writes: bool = True) -> Any:
         """A statement whose result is needed (or that must be done on return), after every queued write.
@@ -369,7 +140,7 @@ class PostgresStore(Store):
                 values = {k: _text(v) for k, v in args.items()} if isinstance(args, dict) else tuple(map(_text, args))
                 return self.db.execute(sql, values)  # type: ignore[arg-type]
         except psycopg.Error as exc:
-            raise StoreError(f"run store {self.where}: {_first_line(exc)}") from None
+            raise StoreError(f"run store {self.where}: {first_line(exc)}") from None
 
     def write(self, sql: str, args: tuple[Any, ...] = ()) -> None:
         """A statement that returns nothing: queued for the writer thread (started on the first write)."""
@@ -681,7 +452,3 @@ def _like_prefix(text: str) -> str:
 def _text(value: Any) -> Any:
     """PostgreSQL text cannot hold NUL bytes (a tool's output can): they become U+FFFD."""
     return value.replace("\x00", "\ufffd") if isinstance(value, str) and "\x00" in value else value
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
