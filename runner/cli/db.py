@@ -47,7 +47,7 @@ def migrate(ctx: click.Context) -> None:
     Example:
       runner db migrate -C ~/projects/nightly
     """
-    from ..schedule.cluster import migrate as apply
+    from ..schedule.jobs import migrate as apply
 
     store = postgres_store(ctx, check_schema=False)
     done = _run(apply(store))
@@ -65,7 +65,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     Example:
       runner db status --json
     """
-    from ..schedule.cluster import status as read
+    from ..schedule.jobs import status as read
 
     report = _run(read(postgres_store(ctx)))
     if as_json:
