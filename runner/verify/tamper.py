@@ -3,8 +3,9 @@ is fingerprinted before an attempt, compared after its work and again after its 
 What was found in a changed file is kept first (`.runner/tampered/<run id>/`): runner cannot tell the agent's
 edit from a person's, and a person's must not be lost.
 
-What is protected is in `protected`; runs whose protected paths clash take turns (`claims`), so a change inside
-a run's protected paths while it runs was made by that run's own attempt (or its checks).
+What is protected is in `protected`, how it is stamped in `fingerprint`; runs whose protected paths clash take
+turns (`claims`), so a change inside a run's protected paths while it runs was made by that run's own attempt
+(or its checks).
 """
 
 from __future__ import annotations
@@ -18,19 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Goal
-from .protected import STATE, covered, in_state, input_patterns, literal_prefix, locked_patterns, protected_patterns
+from .fingerprint import Link, Stamp, fingerprint, link_of, stamp_of, user_links
+from .protected import STATE, covered, input_patterns, locked_patterns, protected_patterns
 
-CACHES = {"__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".hypothesis"}
-"""Folders the checks' tools write as they run (bytecode, test caches): not part of what decides."""
 MAX_COPY = 16 * 1024 * 1024
 """A protected file larger than this is fingerprinted but no copy is kept: a change to it cannot be put back."""
 MAX_COPIES = 256 * 1024 * 1024
 """Copies kept for one snapshot at most, and of one run's changed files; files past it are not copied."""
-
-Stamp = tuple[int, int, int, int, int]
-"""(inode, size, mtime_ns, ctime_ns, mode): any write changes ctime, which no unprivileged tool can set back."""
-Key = tuple[int, int]
-"""A folder as the system knows it: (device, inode)."""
 
 _contents: dict[str, tuple[Stamp, bytes]] = {}
 """Content of protected files by path, reused while their stamp holds (many runs share one project)."""
@@ -58,15 +53,15 @@ class Snapshot:
         patterns = protected_patterns(goal)
         locked = locked_patterns(goal)
         inputs = [p for p in input_patterns(goal) if not covered(p, locked)]
-        links = _user_links(goal.root, patterns)
-        stamps = _stamps(goal.root, patterns, links, record=True)
+        links = user_links(goal.root, patterns)
+        stamps = fingerprint(goal.root, patterns, links, record=True)
         base, kept = f"{goal.root}{os.sep}", 0
         files: dict[str, bytes | None] = {}
         for rel, s in stamps.items():
             if stat.S_ISREG(s[4]):
                 kept += s[1]
                 files[rel] = _content(base + rel, s) if kept <= MAX_COPIES else None
-        return cls(goal.root, stamps, files, patterns, inputs, links, _link(goal.root / STATE))
+        return cls(goal.root, stamps, files, patterns, inputs, links, link_of(goal.root / STATE))
 
     def changes(self, *, checks_ran: bool = False) -> list[str]:
         """Paths created, changed or deleted since the snapshot, relative to the root. A link now in the place of
@@ -75,7 +70,7 @@ class Snapshot:
         After the checks (`checks_ran`), what they wrote among their own inputs (`tee log.txt`, `sort -o
         out.txt`) is no change: it becomes part of the snapshot. The attempt's processes are gone by then.
         """
-        now = _stamps(self.root, self.patterns, self.links)
+        now = fingerprint(self.root, self.patterns, self.links)
         if now == self.stamps:  # the usual case, compared in C
             return []
         changed = sorted(p for p in self.stamps.keys() | now.keys() if self.stamps.get(p) != now.get(p))
@@ -135,7 +130,7 @@ class Snapshot:
         root = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
         try:
             if self.state is not None:
-                if _link(STATE, root) != self.state:
+                if link_of(STATE, root) != self.state:
                     raise _NoCopy(f"{STATE} changed during the run")
                 return _open_dir(root, STATE, self.state)
             mode = _mode(STATE, root)
@@ -212,7 +207,7 @@ class Snapshot:
             return
         name, link = rel.rsplit("/", 1)[-1], self.links.get(rel)
         try:
-            if link is not None and _link(name, holder) != link:
+            if link is not None and link_of(name, holder) != link:
                 _relink(holder, name, rel, link, relinked)  # which undoes what the run did below it
             elif link is not None or stat.S_ISDIR(_mode(name, holder) or 0):
                 _grant(holder, name)
@@ -311,41 +306,14 @@ def _mode(name: str, folder: int, follow: bool = False) -> int | None:
 
 def _stat(name: str, folder: int, follow: bool) -> Stamp | None:
     try:
-        return _of(os.stat(name, dir_fd=folder, follow_symlinks=follow))
+        return stamp_of(os.stat(name, dir_fd=folder, follow_symlinks=follow))
     except OSError:
-        return None
-
-
-Link = tuple[str, int, int]
-"""A symlink as (what it says, the device and inode of what it points to)."""
-
-
-def _link(path: str | Path, folder: int | None = None) -> Link | None:
-    try:
-        if not stat.S_ISLNK(os.lstat(path, dir_fd=folder).st_mode):
-            return None
-        target = os.stat(path, dir_fd=folder)
-        return os.readlink(path, dir_fd=folder), target.st_dev, target.st_ino
-    except (OSError, ValueError):
         return None
 
 
 def _unchanged(folder: int, name: str, link: Link | None) -> Link | None:
     """`link` (the user's) when `name` in `folder` is still that link: the same text, the same target."""
-    return link if link is not None and _link(name, folder) == link else None
-
-
-def _user_links(root: Path, patterns: list[str]) -> dict[str, Link]:
-    """The symlinks among the fixed parts of the protected patterns (`goals`, `tests/unit`, `runner.yaml`); the
-    walk of the protected folders adds those it meets."""
-    links: dict[str, Link] = {}
-    for pattern in patterns:
-        parts = literal_prefix(pattern).split("/")
-        for depth in range(1, len(parts) + 1):
-            rel = "/".join(parts[:depth])
-            if rel and rel not in links and (link := _link(root / rel)) is not None:
-                links[rel] = link
-    return links
+    return link if link is not None and link_of(name, folder) == link else None
 
 
 # The restore's way down: one name at a time, never through a link but the user's unchanged one -----------
@@ -393,7 +361,7 @@ def _step(fd: int, name: str, rel: str, links: dict[str, Link], make: bool, reli
 def _relink(fd: int, name: str, rel: str, link: Link, relinked: list[str]) -> None:
     """The user's link at `name`, as it was at the snapshot: whatever else is there (another link, a file, a folder
     made in its place during the run, whose files were kept) is removed first."""
-    if _link(name, fd) == link:
+    if link_of(name, fd) == link:
         return
     _remove(fd, name)
     os.symlink(link[0], name, dir_fd=fd)
@@ -476,140 +444,3 @@ def _content(path: str, stamp: Stamp) -> bytes | None:
             return None
         _contents[path] = cached
     return cached[1]
-
-
-# Stamps: what is under the protected patterns -------------------------------------------------------------
-
-
-def _stamps(root: Path, patterns: list[str], links: dict[str, Link], *, record: bool = False) -> dict[str, Stamp]:
-    """The stamp of every file (and link, FIFO, ...) under the protected patterns, by path relative to the root.
-    No link is gone through but the user's unchanged ones (`links`): another one on the way to a protected path
-    is stamped itself. With `record` (the snapshot), each link met is the user's, and goes into `links`."""
-    stamps: dict[str, Stamp] = {}
-    base = f"{root}{os.sep}"
-    state = _folder_key(base + STATE)
-    for pattern in patterns:
-        blocked = _blocked(base, literal_prefix(pattern), links)
-        if blocked is not None:
-            _add(base + blocked, blocked, stamps, links, record)
-            continue
-        rel = pattern.removesuffix("/**").strip("/")
-        if any(c in rel for c in "*?["):
-            for path in root.glob(pattern):
-                _add(str(path), path.relative_to(root).as_posix(), stamps, links, record)
-            continue
-        top = base + rel
-        try:
-            is_dir = stat.S_ISDIR(os.stat(top).st_mode)
-        except (OSError, ValueError):
-            continue
-        if is_dir:
-            _walk(top, rel + "/", stamps, links, record, state)
-        else:
-            _add(top, rel, stamps, links, record)
-    return stamps
-
-
-def _blocked(base: str, rel: str, links: dict[str, Link]) -> str | None:
-    """The first name on the way to `rel` (itself included) not to go through: a link other than the user's
-    unchanged one, or a file where a folder should be."""
-    parts = rel.split("/")
-    for depth in range(1, len(parts) + 1):
-        sub = "/".join(parts[:depth])
-        try:
-            mode = os.lstat(base + sub).st_mode
-        except (OSError, ValueError):
-            return None
-        if stat.S_ISLNK(mode) and (sub not in links or _link(base + sub) != links[sub]):
-            return sub
-        if depth < len(parts) and not stat.S_ISDIR(mode) and not stat.S_ISLNK(mode):
-            return sub
-    return None
-
-
-def _walk(
-    top: str, top_prefix: str, stamps: dict[str, Stamp], links: dict[str, Link], record: bool, state: Key | None
-) -> None:
-    """Every file below `top`, folder by folder from a stack (a tree of any depth: no recursion). A folder the
-    user links to from inside (`verifiers/lib -> ../vlib`) is walked as part of it (a check reads what is
-    there), each real folder once (a link to `.` or `..` loops no further) and never the state folder."""
-    folders = [(top, top_prefix)]
-    walked = {state}
-    while folders:
-        folder, prefix = folders.pop()
-        key = _folder_key(folder)
-        if (key is not None and key in walked) or in_state(prefix.rstrip("/")):
-            continue
-        walked.add(key)
-        _walk_one(folder, prefix, stamps, links, record, folders)
-
-
-def _walk_one(
-    folder: str,
-    prefix: str,
-    stamps: dict[str, Stamp],
-    links: dict[str, Link],
-    record: bool,
-    folders: list[tuple[str, str]],
-) -> None:
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        stamps[prefix] = (-1, -1, -1, -1, 0)  # an unreadable folder is a change in itself
-        return
-    for entry in entries:  # the folders above were looked at on the way down: only the name is new
-        name = entry.name
-        if name in CACHES or (not prefix and name == STATE):
-            continue
-        if entry.is_dir(follow_symlinks=False):  # the scan's own type: no system call
-            folders.append((entry.path, f"{prefix}{name}/"))
-        elif entry.is_symlink():
-            if _stamp(entry.path, prefix + name, stamps, links, record):
-                folders.append((entry.path, f"{prefix}{name}/"))
-        else:
-            try:  # _stamp, inlined: a walk of a big folder does little else
-                stamps[prefix + name] = _of(os.lstat(entry.path))
-            except OSError:
-                pass
-
-
-def _folder_key(path: str) -> Key | None:
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
-        return None
-    return (st.st_dev, st.st_ino)
-
-
-def _add(path: str, rel: str, stamps: dict[str, Stamp], links: dict[str, Link], record: bool) -> None:
-    if not (in_state(rel) or CACHES.intersection(rel.split("/"))):
-        _stamp(path, rel, stamps, links, record)
-
-
-def _stamp(path: str, rel: str, stamps: dict[str, Stamp], links: dict[str, Link], record: bool) -> bool:
-    """One stat of the file; for a link, of what it points to when it is the user's (unchanged) and no folder,
-    else of the link itself: one planted, dangling or leading to a folder. True for the user's unchanged link
-    to a folder, which the walk goes through."""
-    try:
-        st = os.lstat(path)
-    except (OSError, ValueError):
-        return False
-    through = False
-    if stat.S_ISLNK(st.st_mode):
-        link = _link(path)
-        if record and link is not None:
-            links[rel] = link
-        if link is not None and links.get(rel) == link:
-            try:
-                target = os.stat(path)
-            except OSError:
-                target = st
-            through = stat.S_ISDIR(target.st_mode)
-            st = st if through else target
-    if not stat.S_ISDIR(st.st_mode):
-        stamps[rel] = _of(st)
-    return through
-
-
-def _of(st: os.stat_result) -> Stamp:
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
