@@ -29,7 +29,7 @@ class ConfigError(RunnerError):
     exit_code = 2
 
     def __init__(self, message: str, problems: list[str] | None = None) -> None:
-        self.problems = problems or [message]
+        self.problems = list(dict.fromkeys(problems)) if problems else [message]  # a runner.yaml mistake once
         super().__init__("\n".join(self.problems) if problems else message)
 
 
