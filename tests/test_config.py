@@ -127,6 +127,36 @@ def test_a_mistake_in_runner_yaml_is_named_there_not_in_the_goal_that_inherits_i
     assert result.exit_code == 2 and "goals/g.yaml:" in result.stderr and "runner.yaml" not in result.stderr
 
 
+def test_a_judge_models_mistake_names_where_it_was_written(proj):
+    """`judge_model` is merged over `model`: a bad field it inherits names the model's line (runner.yaml's or the
+    goal's), once, and one of its own names its own line."""
+    judge = {"judge_model": "j", "verify": {"checks": [{"judge": "is it good"}]}}
+    proj.goal("g", prompt="hi", **judge)
+    settings = (proj.root / "runner.yaml").read_text()
+    proj.write("runner.yaml", settings + "model:\n  api_key_envv: X\n")
+    result = proj.cli("validate")
+    line = f"runner.yaml:{len(settings.splitlines()) + 2}: model.api_key_envv: unknown field"
+    assert result.exit_code == 2 and result.stderr.count(line) == 1 and "judge_model" not in result.stderr
+    proj.write("runner.yaml", settings)
+    proj.goal("g", prompt="hi", model={"name": "m", "timeoutt": 1}, **judge)
+    result = proj.cli("validate")
+    assert result.stderr.startswith("goals/g.yaml:") and result.stderr.count(": model.timeoutt: unknown") == 1
+    assert "judge_model" not in result.stderr
+    proj.goal("g", prompt="hi", judge_model={"name": "j", "timeoutt": 1}, verify=judge["verify"])
+    result = proj.cli("validate")
+    assert result.stderr.startswith("goals/g.yaml:") and ": judge_model.timeoutt: unknown field" in result.stderr
+
+
+@pytest.mark.parametrize("where", ["goals/bad.yaml", "schedules/bad.yaml", "runner.yaml"])
+def test_a_control_character_after_a_syntax_error_is_named_not_a_traceback(proj, where):
+    """The screen that refuses control characters stops at a syntax error; one 20 KB further on (past the
+    parser's first chunk) made PyYAML's reader raise a traceback (found by test_fuzz_config)."""
+    proj.write(where, "prompt: a: b\n# " + "x" * 20_000 + "\n\x01\n")
+    result = proj.cli("validate")
+    assert result.exit_code == 2
+    assert f"{where}:3: the control character U+0001 is not allowed in YAML" in result.stderr
+
+
 def test_validate_reports_every_problem_at_once(proj):
     proj.write("goals/a.yaml", "name: a\n")
     proj.write("goals/b.yaml", "prompt: hi\nlimits: {max_steps: x}\n")

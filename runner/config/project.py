@@ -231,7 +231,7 @@ def build_goal(
     from .models import Goal
 
     try:
-        goal = doc.validate(Goal, merged, elsewhere=_inherited_from(project, data, overrides or {}))
+        goal = doc.validate(Goal, merged, elsewhere=_inherited_from(project, doc, data, overrides or {}))
     except ConfigError as exc:
         raise ConfigError("invalid goal", problems + exc.problems) from None
     if not _is_folder(goal.workpath):
@@ -247,19 +247,32 @@ INHERITED = ("model", "limits", "verify", "mcp", "sandbox", "notify")
 
 
 def _inherited_from(
-    project: Project, own: dict[str, Any], overrides: dict[str, Any]
-) -> Callable[[Loc], Document | None]:
-    """For a problem in a merged goal: runner.yaml, when the faulty value came from there (neither the goal
-    file nor the command line gave it), so the message names the file and line to fix."""
+    project: Project, goal_doc: Document, own: dict[str, Any], overrides: dict[str, Any]
+) -> Callable[[Loc], tuple[Document, Loc] | None]:
+    """For a problem in a merged goal, where the faulty value was written when not in the goal file at that
+    place: runner.yaml for a default the goal and the command line did not give, the `model` section for a
+    judge's field inherited from it. The message names the file, line and field to fix."""
     settings = project.document
 
-    def elsewhere(loc: Loc) -> Document | None:
+    def elsewhere(loc: Loc) -> tuple[Document, Loc] | None:
+        judge = own.get("judge_model")
+        if (
+            loc[:1] == ("judge_model",)
+            and len(loc) > 1
+            and isinstance(judge, (str, dict))
+            and not _holds(judge, loc[1:2])
+        ):
+            loc = ("model", *loc[1:])  # merged from the model (the goal's or runner.yaml's) under the judge's own
+            return from_settings(loc) or (goal_doc, loc)
+        return from_settings(loc)
+
+    def from_settings(loc: Loc) -> tuple[Document, Loc] | None:
         if settings is None or not loc or loc[0] not in INHERITED:
             return None
         given = loc[:2]
         if _holds(own, given) or _holds(overrides, given) or not _holds(settings.data, given):
             return None
-        return settings
+        return settings, loc
 
     return elsewhere
 

@@ -45,12 +45,13 @@ class Document:
         model: type[BaseModel],
         data: Any = None,
         prefix: Loc = (),
-        elsewhere: Callable[[Loc], Document | None] | None = None,
+        elsewhere: Callable[[Loc], tuple[Document, Loc] | None] | None = None,
     ) -> Any:
         """Validate into `model`; every error becomes one `file:line: field: message` line.
 
-        `prefix` is where `data` sits in the file, for an item of a list; `elsewhere` names the file a
-        value came from when it is not this one (a goal's field inherited from runner.yaml).
+        `prefix` is where `data` sits in the file, for an item of a list; `elsewhere` names the file and place a
+        value came from when it is not this one (a goal's field inherited from runner.yaml, a judge's from
+        the model).
         """
         from pydantic import ValidationError  # here, not at the top: reading a file needs no pydantic
 
@@ -60,8 +61,8 @@ class Document:
             problems = []
             for error in exc.errors():
                 loc = (*prefix, *error["loc"])
-                source = (elsewhere(loc) if elsewhere else None) or self
-                problems.append(source.problem(loc, explain(error, model)))
+                source, at = (elsewhere(loc) if elsewhere else None) or (self, loc)
+                problems.append(source.problem(at, explain(error, model)))
             raise ConfigError("invalid", problems) from None
 
 
@@ -163,7 +164,10 @@ def read_yaml(path: Path, root: Path | None = None, environ: dict[str, str] | No
     except UnicodeDecodeError:
         raise ConfigError(f"{shown}: not UTF-8 text") from None
     screen_yaml(text, shown)
-    loader = yaml.SafeLoader(text)
+    try:  # the screen stops at a syntax error; a control character after it is refused here
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as exc:
+        raise ConfigError(_control_character(shown, text, exc)) from None
     try:
         node = loader.get_single_node()
         data = _construct(loader, node, shown)
@@ -233,13 +237,17 @@ def screen_yaml(text: str, shown: str) -> None:
             if open_nodes:
                 open_nodes[-1][1] += count
     except yaml.reader.ReaderError as exc:
-        line = text.count("\n", 0, exc.position) + 1
-        raise ConfigError(
-            f"{shown}:{line}: the control character U+{exc.character:04X} is not allowed in YAML "
-            "(inside double quotes, write it as an escape such as \\t)"
-        ) from None
+        raise ConfigError(_control_character(shown, text, exc)) from None
     except yaml.YAMLError:
         return
+
+
+def _control_character(shown: str, text: str, exc: yaml.reader.ReaderError) -> str:
+    line = text.count("\n", 0, exc.position) + 1
+    return (
+        f"{shown}:{line}: the control character U+{exc.character:04X} is not allowed in YAML "
+        "(inside double quotes, write it as an escape such as \\t)"
+    )
 
 
 _BRACKETS = re.compile(r"[\[\]{}\n]")
