@@ -83,7 +83,8 @@ def test_editing_the_test_through_the_shell_is_tampering_and_undone(proj, server
     server.add({"tool_calls": [call("shell", command=f"printf '{FORGED}' > tests/test_calc.py")]}, done())
     out = proj.cli_json("goal", "calc")
     assert (out["exit_code"], out["outcome"]) == (1, "tampered")
-    assert "tests/test_calc.py" in out["error"] and "put back" in out["error"]
+    assert "tests/test_calc.py" in out["error"] and "their original content was put back" in out["error"]
+    assert "could not" not in out["error"]
     assert (proj.root / "tests/test_calc.py").read_text() == TEST
 
 
@@ -526,6 +527,7 @@ def test_a_change_through_the_users_folder_link_inside_a_protected_folder_is_tam
     assert (proj.root / "verifiers/lib").is_symlink()
     assert (proj.root / "vlib/helper.py").read_text() == "def expected():\n    return 4\n"
     assert kept(proj, out["run_id"], "verifiers/lib/helper.py").read_text() == forged
+    assert "their original content was put back" in out["error"] and "could not" not in out["error"]
 
 
 def test_the_users_folder_link_switched_by_the_agent_is_put_back(proj, server):
@@ -540,9 +542,14 @@ def test_the_users_folder_link_switched_by_the_agent_is_put_back(proj, server):
     assert files_in(proj.root / "elsewhere") == before
 
 
-def test_a_users_link_that_loops_is_walked_once_and_honest_work_is_achieved(proj, server):
+@pytest.mark.timeout(60)  # a link to / was walked through the whole machine, /proc included: it never ended
+def test_a_users_link_that_loops_or_leaves_the_project_is_not_walked_again_and_honest_work_is_achieved(proj, server):
+    """A link to `.`, to the project's root or outside it (`/`) is fingerprinted as a link, not walked: the
+    agent's honest edit of src/ (inside the root) is no tampering, and nothing outside the project is read."""
     helper_project(proj)
     (proj.root / "verifiers/self").symlink_to(".")
+    (proj.root / "verifiers/root").symlink_to("..")
+    (proj.root / "verifiers/all").symlink_to("/")
     (proj.root / "vlib/up").symlink_to("../verifiers")
     server.add({"tool_calls": [call("write_file", path="src/calc.py", content=FIXED)]}, done())
     out = proj.cli_json("goal", "calc")

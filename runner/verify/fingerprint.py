@@ -56,6 +56,7 @@ def fingerprint(root: Path, patterns: list[str], links: dict[str, Link], *, reco
     stamps: dict[str, Stamp] = {}
     base = f"{root}{os.sep}"
     state = _folder_key(base + STATE)
+    inside = os.path.realpath(root) + os.sep
     for pattern in patterns:
         blocked = _blocked(base, literal_prefix(pattern), links)
         if blocked is not None:
@@ -72,7 +73,7 @@ def fingerprint(root: Path, patterns: list[str], links: dict[str, Link], *, reco
         except (OSError, ValueError):
             continue
         if is_dir:
-            _walk(top, rel + "/", stamps, links, record, state)
+            _walk(top, rel + "/", stamps, links, record, state, inside)
         else:
             _add(top, rel, stamps, links, record)
     return stamps
@@ -96,11 +97,19 @@ def _blocked(base: str, rel: str, links: dict[str, Link]) -> str | None:
 
 
 def _walk(
-    top: str, top_prefix: str, stamps: dict[str, Stamp], links: dict[str, Link], record: bool, state: Key | None
+    top: str,
+    top_prefix: str,
+    stamps: dict[str, Stamp],
+    links: dict[str, Link],
+    record: bool,
+    state: Key | None,
+    inside: str,
 ) -> None:
-    """Every file below `top`, folder by folder from a stack (a tree of any depth: no recursion). A folder the
-    user links to from inside (`verifiers/lib -> ../vlib`) is walked as part of it (a check reads what is
-    there), each real folder once (a link to `.` or `..` loops no further) and never the state folder."""
+    """Every file below `top`, folder by folder from a stack (a tree of any depth: no recursion). A folder inside
+    the project (`inside`: the root's real path) that the user links to from a protected one (`verifiers/lib ->
+    ../vlib`) is walked as part of it: a check reads what is there, and the agent's tools write inside the
+    project. Each real folder once (a link to `.` loops no further), never the state folder, never a folder
+    outside the project or the root itself (`verifiers/all -> /` is fingerprinted as a link)."""
     folders = [(top, top_prefix)]
     walked = {state}
     while folders:
@@ -109,7 +118,7 @@ def _walk(
         if (key is not None and key in walked) or in_state(prefix.rstrip("/")):
             continue
         walked.add(key)
-        _walk_one(folder, prefix, stamps, links, record, folders)
+        _walk_one(folder, prefix, stamps, links, record, folders, inside)
 
 
 def _walk_one(
@@ -119,6 +128,7 @@ def _walk_one(
     links: dict[str, Link],
     record: bool,
     folders: list[tuple[str, str]],
+    inside: str,
 ) -> None:
     try:
         entries = list(os.scandir(folder))
@@ -132,7 +142,8 @@ def _walk_one(
         if entry.is_dir(follow_symlinks=False):  # the scan's own type: no system call
             folders.append((entry.path, f"{prefix}{name}/"))
         elif entry.is_symlink():
-            if _stamp(entry.path, prefix + name, stamps, links, record):
+            through = _stamp(entry.path, prefix + name, stamps, links, record)
+            if through and os.path.realpath(entry.path).startswith(inside):
                 folders.append((entry.path, f"{prefix}{name}/"))
         else:
             try:  # _stamp, inlined: a walk of a big folder does little else
