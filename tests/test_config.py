@@ -127,6 +127,23 @@ def test_a_mistake_in_runner_yaml_is_named_there_not_in_the_goal_that_inherits_i
     assert result.exit_code == 2 and "goals/g.yaml:" in result.stderr and "runner.yaml" not in result.stderr
 
 
+def test_a_scalar_default_and_a_default_check_are_named_in_runner_yaml(proj):
+    """`sandbox: bogus` (a scalar standing for the whole section) and a default check whose script is missing
+    name runner.yaml's line once, not each goal that inherits them (found by an audit)."""
+    proj.goal("g", prompt="hi")
+    proj.goal("h", prompt="ho")
+    settings = (proj.root / "runner.yaml").read_text()
+    line = len(settings.splitlines()) + 1
+    for extra, field in (
+        ("sandbox: bogus\n", "sandbox.mode: Input should be"),
+        ("verify: {checks: [{run: python3 verifiers/missing.py}]}\n", "verify.checks[0].run: verifiers/missing.py"),
+    ):
+        proj.write("runner.yaml", settings + extra)
+        result = proj.cli("validate")
+        assert result.exit_code == 2 and result.stderr.count(f"runner.yaml:{line}: {field}") == 1, result.stderr
+        assert "goals/" not in result.stderr
+
+
 def test_a_judge_models_mistake_names_where_it_was_written(proj):
     """`judge_model` is merged over `model`: a bad field it inherits names the model's line (runner.yaml's or the
     goal's), once, and one of its own names its own line."""

@@ -230,13 +230,14 @@ def build_goal(
         problems.append(doc.problem(("prompt",), "the prompt is empty: say what the agent should do"))
     from .models import Goal
 
+    elsewhere = _inherited_from(project, doc, data, overrides or {})
     try:
-        goal = doc.validate(Goal, merged, elsewhere=_inherited_from(project, doc, data, overrides or {}))
+        goal = doc.validate(Goal, merged, elsewhere=elsewhere)
     except ConfigError as exc:
         raise ConfigError("invalid goal", problems + exc.problems) from None
     if not _is_folder(goal.workpath):
         problems.append(doc.problem(("workdir",), f"{goal.workpath} is not a folder (relative to the project root)"))
-    problems += missing_scripts(goal, doc)
+    problems += missing_scripts(goal, doc, elsewhere)
     if problems:
         raise ConfigError("invalid goal", problems)
     return goal
@@ -260,7 +261,7 @@ def _inherited_from(
             loc[:1] == ("judge_model",)
             and len(loc) > 1
             and isinstance(judge, (str, dict))
-            and not _holds(judge, loc[1:2])
+            and not _holds({"judge_model": judge}, loc[:2])
         ):
             loc = ("model", *loc[1:])  # merged from the model (the goal's or runner.yaml's) under the judge's own
             return from_settings(loc) or (goal_doc, loc)
@@ -278,9 +279,13 @@ def _inherited_from(
 
 
 def _holds(data: Any, loc: Loc) -> bool:
-    """Whether `data` gives a value at `loc` (`model: NAME` gives `model.name`)."""
+    """Whether `data` gives a value at `loc`: `model: NAME` gives `model.name`, `sandbox: off` the whole
+    `sandbox` (a scalar stands for its section, but a model's or judge's stands for its name only)."""
+    whole = bool(loc) and loc[0] not in ("model", "judge_model")
     for part in loc:
         if isinstance(data, str) and part == "name":
+            return True
+        if whole and data is not None and not isinstance(data, (dict, list)):
             return True
         in_list = isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data)
         if not (in_list or (isinstance(data, dict) and part in data)):
@@ -318,9 +323,12 @@ def script_words(command: str) -> list[str]:
     return [s.replace("$RUNNER_ROOT/", "").replace("${RUNNER_ROOT}/", "") for s in scripts]
 
 
-def missing_scripts(goal: Goal, doc: Document) -> list[str]:
+def missing_scripts(
+    goal: Goal, doc: Document, elsewhere: Callable[[Loc], tuple[Document, Loc] | None] | None = None
+) -> list[str]:
     """A `run:` check whose script (a path, or a file name with a script suffix) exists neither in the
-    workdir nor at the project root: a typo, caught before any model call."""
+    workdir nor at the project root: a typo, caught before any model call. Named where the check was written
+    (`elsewhere`: runner.yaml for a default)."""
     problems = []
     for i, check in enumerate(goal.verify.checks):
         for word in script_words(check.run or ""):
@@ -332,7 +340,9 @@ def missing_scripts(goal: Goal, doc: Document) -> list[str]:
                     f"{word} does not exist in {where}: fix the path (if the agent is to create it, "
                     "check it through another command)"
                 )
-                problems.append(doc.problem(("verify", "checks", i, "run"), message))
+                loc = ("verify", "checks", i, "run")
+                source, at = (elsewhere(loc) if elsewhere else None) or (doc, loc)
+                problems.append(source.problem(at, message))
     return problems
 
 
