@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from .protected import STATE, in_state, literal_prefix
@@ -55,8 +56,7 @@ def fingerprint(root: Path, patterns: list[str], links: dict[str, Link], *, reco
     is stamped itself. With `record` (the snapshot), each link met is the user's, and goes into `links`."""
     stamps: dict[str, Stamp] = {}
     base = f"{root}{os.sep}"
-    state = _folder_key(base + STATE)
-    inside = os.path.realpath(root) + os.sep
+    walk = _Walk(stamps, links, record, _folder_key(base + STATE), os.path.realpath(root) + os.sep)
     for pattern in patterns:
         blocked = _blocked(base, literal_prefix(pattern), links)
         if blocked is not None:
@@ -73,7 +73,7 @@ def fingerprint(root: Path, patterns: list[str], links: dict[str, Link], *, reco
         except (OSError, ValueError):
             continue
         if is_dir:
-            _walk(top, rel + "/", stamps, links, record, state, inside)
+            walk.folder(top, rel + "/")
         else:
             _add(top, rel, stamps, links, record)
     return stamps
@@ -96,60 +96,55 @@ def _blocked(base: str, rel: str, links: dict[str, Link]) -> str | None:
     return None
 
 
-def _walk(
-    top: str,
-    top_prefix: str,
-    stamps: dict[str, Stamp],
-    links: dict[str, Link],
-    record: bool,
-    state: Key | None,
-    inside: str,
-) -> None:
-    """Every file below `top`, folder by folder from a stack (a tree of any depth: no recursion). A folder inside
-    the project (`inside`: the root's real path) that the user links to from a protected one (`verifiers/lib ->
-    ../vlib`) is walked as part of it: a check reads what is there, and the agent's tools write inside the
-    project. Each real folder once (a link to `.` loops no further), never the state folder, never a folder
-    outside the project or the root itself (`verifiers/all -> /` is fingerprinted as a link)."""
-    folders = [(top, top_prefix)]
-    walked = {state}
-    while folders:
-        folder, prefix = folders.pop()
-        key = _folder_key(folder)
-        if (key is not None and key in walked) or in_state(prefix.rstrip("/")):
-            continue
-        walked.add(key)
-        _walk_one(folder, prefix, stamps, links, record, folders, inside)
+@dataclass
+class _Walk:
+    """One fingerprint's walk of protected folders: what it found (`stamps`, and with `record` the user's
+    `links`), the state folder it never enters and the project it stays in (`inside`: the root's real path)."""
 
+    stamps: dict[str, Stamp]
+    links: dict[str, Link]
+    record: bool
+    state: Key | None
+    inside: str
 
-def _walk_one(
-    folder: str,
-    prefix: str,
-    stamps: dict[str, Stamp],
-    links: dict[str, Link],
-    record: bool,
-    folders: list[tuple[str, str]],
-    inside: str,
-) -> None:
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        stamps[prefix] = (-1, -1, -1, -1, 0)  # an unreadable folder is a change in itself
-        return
-    for entry in entries:  # the folders above were looked at on the way down: only the name is new
-        name = entry.name
-        if name in CACHES or (not prefix and name == STATE):
-            continue
-        if entry.is_dir(follow_symlinks=False):  # the scan's own type: no system call
-            folders.append((entry.path, f"{prefix}{name}/"))
-        elif entry.is_symlink():
-            through = _stamp(entry.path, prefix + name, stamps, links, record)
-            if through and os.path.realpath(entry.path).startswith(inside):
+    def folder(self, top: str, top_prefix: str) -> None:
+        """Every file below `top`, folder by folder from a stack (a tree of any depth: no recursion). A folder
+        inside the project that the user links to from a protected one (`verifiers/lib -> ../vlib`) is walked
+        as part of it: a check reads what is there, and the agent's tools write inside the project. Each real
+        folder once (a link to `.` loops no further), never the state folder, never a folder outside the
+        project or the root itself (`verifiers/all -> /` is fingerprinted as a link)."""
+        folders = [(top, top_prefix)]
+        walked = {self.state}
+        while folders:
+            folder, prefix = folders.pop()
+            key = _folder_key(folder)
+            if (key is not None and key in walked) or in_state(prefix.rstrip("/")):
+                continue
+            walked.add(key)
+            self._one(folder, prefix, folders)
+
+    def _one(self, folder: str, prefix: str, folders: list[tuple[str, str]]) -> None:
+        stamps = self.stamps
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            stamps[prefix] = (-1, -1, -1, -1, 0)  # an unreadable folder is a change in itself
+            return
+        for entry in entries:  # the folders above were looked at on the way down: only the name is new
+            name = entry.name
+            if name in CACHES or (not prefix and name == STATE):
+                continue
+            if entry.is_dir(follow_symlinks=False):  # the scan's own type: no system call
                 folders.append((entry.path, f"{prefix}{name}/"))
-        else:
-            try:  # _stamp, inlined: a walk of a big folder does little else
-                stamps[prefix + name] = stamp_of(os.lstat(entry.path))
-            except OSError:
-                pass
+            elif entry.is_symlink():
+                through = _stamp(entry.path, prefix + name, stamps, self.links, self.record)
+                if through and os.path.realpath(entry.path).startswith(self.inside):
+                    folders.append((entry.path, f"{prefix}{name}/"))
+            else:
+                try:  # _stamp, inlined: a walk of a big folder does little else
+                    stamps[prefix + name] = stamp_of(os.lstat(entry.path))
+                except OSError:
+                    pass
 
 
 def _folder_key(path: str) -> Key | None:
