@@ -154,11 +154,7 @@ class Snapshot:
             done = set(paths)
             again = [p for p in self.changes() if p not in done and any(p.startswith(f"{r}/") for r in relinked)]
             failed += self._restore(again, [])
-        named = {f.split(" (", 1)[0] for f in failed}
-        # a folder that could not be walked (a tree past the path limit) is still there: the restore did not see
-        # below it (a file put back has a new stamp of its own, and is not asked about)
-        left = [p for p in self.changes() if p.endswith("/") and shown(p) not in named]
-        return failed + [f"{shown(p)} (still differs after the restore)" for p in left]
+        return failed
 
     def _restore(self, paths: list[str], relinked: list[str]) -> list[str]:
         failed: list[str] = []
@@ -172,8 +168,12 @@ class Snapshot:
         return failed
 
     def _put_back(self, rel: str, relinked: list[str]) -> None:
-        if rel.endswith("/"):  # a folder made unreadable
+        if rel.endswith("/"):  # a folder that could not be walked: made unreadable, or past the path limit
             self._unlock(rel[:-1], relinked)
+            try:
+                os.scandir(self.root / rel).close()
+            except OSError:
+                raise _NoCopy("still differs after the restore") from None  # the restore cannot see below it
             return
         link, stamp = self.links.get(rel), self.stamps.get(rel)
         holder = self._holder(rel, stamp is not None or link is not None, relinked)
