@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from .values import DEFAULT_STORE, DEFAULT_STORE_TIMEOUT, check_store, is_postgres_url, parse_duration
-from .yamlfile import Document, Loc, read_yaml
+from .yamlfile import Document, Elsewhere, Loc, read_yaml
 
 if TYPE_CHECKING:
     from .models import Goal, Settings
@@ -247,9 +246,7 @@ INHERITED = ("model", "limits", "verify", "mcp", "sandbox", "notify")
 """A goal's sections that runner.yaml gives defaults for."""
 
 
-def _inherited_from(
-    project: Project, goal_doc: Document, own: dict[str, Any], overrides: dict[str, Any]
-) -> Callable[[Loc], tuple[Document, Loc] | None]:
+def _inherited_from(project: Project, goal_doc: Document, own: dict[str, Any], overrides: dict[str, Any]) -> Elsewhere:
     """For a problem in a merged goal, where the faulty value was written when not in the goal file at that
     place: runner.yaml for a default the goal and the command line did not give, the `model` section for a
     judge's field inherited from it. The message names the file, line and field to fix."""
@@ -323,9 +320,7 @@ def script_words(command: str) -> list[str]:
     return [s.replace("$RUNNER_ROOT/", "").replace("${RUNNER_ROOT}/", "") for s in scripts]
 
 
-def missing_scripts(
-    goal: Goal, doc: Document, elsewhere: Callable[[Loc], tuple[Document, Loc] | None] | None = None
-) -> list[str]:
+def missing_scripts(goal: Goal, doc: Document, elsewhere: Elsewhere | None = None) -> list[str]:
     """A `run:` check whose script (a path, or a file name with a script suffix) exists neither in the
     workdir nor at the project root: a typo, caught before any model call. Named where the check was written
     (`elsewhere`: runner.yaml for a default)."""
@@ -340,9 +335,7 @@ def missing_scripts(
                     f"{word} does not exist in {where}: fix the path (if the agent is to create it, "
                     "check it through another command)"
                 )
-                loc = ("verify", "checks", i, "run")
-                source, at = (elsewhere(loc) if elsewhere else None) or (doc, loc)
-                problems.append(source.problem(at, message))
+                problems.append(doc.problem(("verify", "checks", i, "run"), message, elsewhere))
     return problems
 
 

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
 Loc = tuple[Any, ...]
+Elsewhere = Callable[[Loc], "tuple[Document, Loc] | None"]
+"""Where a value at a place of a merged document was written, when not in this file at that place."""
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -37,21 +39,22 @@ class Document:
                 return self.lines[loc[:end]]
         return 1
 
-    def problem(self, loc: Loc, message: str) -> str:
-        return f"{self.shown}:{self.line(loc)}: {dotted(loc) or '(file)'}: {message}"
+    def problem(self, loc: Loc, message: str, elsewhere: Elsewhere | None = None) -> str:
+        """`file:line: field: message`, in the file and at the place `elsewhere` names when the value came from
+        another (a goal's field inherited from runner.yaml, a judge's from the model)."""
+        source, at = (elsewhere(loc) if elsewhere else None) or (self, loc)
+        return f"{source.shown}:{source.line(at)}: {dotted(at) or '(file)'}: {message}"
 
     def validate(
         self,
         model: type[BaseModel],
         data: Any = None,
         prefix: Loc = (),
-        elsewhere: Callable[[Loc], tuple[Document, Loc] | None] | None = None,
+        elsewhere: Elsewhere | None = None,
     ) -> Any:
         """Validate into `model`; every error becomes one `file:line: field: message` line.
 
-        `prefix` is where `data` sits in the file, for an item of a list; `elsewhere` names the file and place a
-        value came from when it is not this one (a goal's field inherited from runner.yaml, a judge's from
-        the model).
+        `prefix` is where `data` sits in the file, for an item of a list; `elsewhere` as in `problem`.
         """
         from pydantic import ValidationError  # here, not at the top: reading a file needs no pydantic
 
@@ -60,9 +63,7 @@ class Document:
         except ValidationError as exc:
             problems = []
             for error in exc.errors():
-                loc = (*prefix, *error["loc"])
-                source, at = (elsewhere(loc) if elsewhere else None) or (self, loc)
-                problems.append(source.problem(at, explain(error, model)))
+                problems.append(self.problem((*prefix, *error["loc"]), explain(error, model), elsewhere))
             raise ConfigError("invalid", problems) from None
 
 
